@@ -1,0 +1,54 @@
+"""The public API every strategy module exposes, in both backends.
+
+`legacy_pmap.<strategy>`, `sharded.<strategy>` and `compare.reference.
+<strategy>` all satisfy `StrategyModule` (a module can satisfy a Protocol);
+`tests/test_api.py` checks that the signatures match name for name.
+"""
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+State = Any
+Batch = Any
+Metrics = dict[str, Any]
+HostState = dict[str, Any]
+
+
+class StrategyModule(Protocol):
+  """One strategy (data_parallel, ensemble, accumulation) in one backend.
+
+  Attributes:
+    VARIANTS: the runs this module provides, e.g. `("shard_map", "jit")`.
+  """
+
+  VARIANTS: tuple[str, ...]
+
+  def make_placement(self, n_devices: int) -> Any:
+    """The devices (pmap), mesh (sharded) or device (reference) to run on."""
+
+  def create_state(self, seed: int, config: Any, placement: Any) -> State:
+    """The initial train state from `seed`, placed on `placement`."""
+
+  def put_batch(self, batch: dict[str, np.ndarray], placement: Any) -> Batch:
+    """A global host batch, placed the way `train_step` takes it."""
+
+  def make_train_step(self, config: Any, placement: Any,
+                      variant: str) -> Callable[[State, Batch],
+                                                tuple[State, Metrics]]:
+    """The compiled `(state, batch) -> (state, metrics)`; it has `.lower`."""
+
+  def make_evaluate(self, config: Any,
+                    placement: Any) -> Callable[[State, Batch], Metrics]:
+    """The compiled `(state, batch) -> metric sums and counts`."""
+
+  def to_host(self, state: State) -> HostState:
+    """`{"params", "opt_state"}` as numpy in the canonical layout.
+
+    The canonical layout has no device axis for data-parallel programs and a
+    leading member axis for ensembles.
+    """
+
+  def metrics_to_host(self, metrics: Metrics) -> dict[str, np.ndarray]:
+    """Metrics as numpy, reduced over devices the backend's way."""

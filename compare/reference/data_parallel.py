@@ -1,0 +1,48 @@
+"""The data-parallel program on one device with the global batch."""
+
+import jax
+
+from workloads import registry
+
+VARIANTS = ("reference",)
+
+
+def make_placement(n_devices):
+  """The first device; `n_devices` is the device count being emulated."""
+  return {"device": jax.local_devices()[0], "shards": n_devices}
+
+
+def create_state(seed, config, placement):
+  return jax.device_put(registry.init_state(seed, config),
+                        placement["device"])
+
+
+def put_batch(batch, placement):
+  return jax.device_put(batch, placement["device"])
+
+
+def make_train_step(config, placement, variant="reference"):
+  """One step on the global batch with the ports' loss normalisation."""
+  assert variant in VARIANTS, variant
+  workload = registry.get(config.workload)
+
+  def train_step(state, batch):
+    loss, grads = jax.value_and_grad(workload.loss)(
+        state.params, batch, placement["shards"])
+    return state.apply_gradients(grads=grads), {"loss": loss}
+
+  return jax.jit(train_step, donate_argnums=0)
+
+
+def make_evaluate(config, placement):
+  del placement
+  workload = registry.get(config.workload)
+  return jax.jit(lambda state, batch: workload.metric_sums(state.params, batch))
+
+
+def to_host(state):
+  return jax.device_get({"params": state.params, "opt_state": state.opt_state})
+
+
+def metrics_to_host(metrics):
+  return jax.device_get(metrics)

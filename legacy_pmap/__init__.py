@@ -1,0 +1,1 @@
+"""The classic programs as written for `jax.pmap` (the backend users leave)."""

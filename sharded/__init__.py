@@ -1,0 +1,1 @@
+"""The same programs on `jax.sharding` meshes and `jax.shard_map`."""

@@ -1,0 +1,88 @@
+"""Data-parallel training on a mesh: the shard_map port and the jit port.
+
+The train state is replicated (`P()`) and the global batch is split over the
+`data` axis (`P('data')`). `shard_map` keeps the classic program's explicit
+collectives; `jit` lets the compiler place them.
+"""
+
+
+import jax
+from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from sharded import devices
+from workloads import registry
+
+VARIANTS = ("shard_map", "jit")
+make_placement = devices.placement
+
+
+def create_state(seed, config, placement):
+  """The initial train state, replicated over the mesh."""
+  return devices.replicate(registry.init_state(seed, config), placement)
+
+
+def put_batch(batch, placement):
+  """A global host batch split over the mesh's `data` axis."""
+  return devices.shard_batch(batch, placement)
+
+
+# region: dp-train-step
+def make_train_step(config, placement, variant="shard_map"):
+  """The compiled step `(state, batch) -> (state, {"loss"})`."""
+  assert variant in VARIANTS, variant
+  workload = registry.get(config.workload)
+  n_shards = placement.shape[devices.AXIS]
+
+  def train_step(state, batch):
+    # The per-device loss (summed over the local batch for the CNN) is
+    # differentiated locally; pmean then averages the gradients: the global
+    # loss is mean-over-devices of per-device losses.
+    loss, grads = jax.value_and_grad(workload.loss)(state.params, batch, 1)
+    grads = lax.pmean(grads, axis_name=devices.AXIS)
+    loss = lax.pmean(loss, axis_name=devices.AXIS)
+    return state.apply_gradients(grads=grads), {"loss": loss}
+
+  def global_train_step(state, batch):
+    # Same loss semantics on the global batch: sum / n_shards for the CNN.
+    loss, grads = jax.value_and_grad(workload.loss)(state.params, batch,
+                                                    n_shards)
+    return state.apply_gradients(grads=grads), {"loss": loss}
+
+  replicated = NamedSharding(placement, P())
+  if variant == "jit":
+    return jax.jit(global_train_step, out_shardings=replicated,
+                   donate_argnums=0)
+  # check_vma=False gives `grad` the per-device gradient, as under pmap, so
+  # the pmean above is right. With check_vma=True the gradient of a P()
+  # input is already summed over the axis and that pmean makes it N times
+  # too large (the gradient trap in docs/MIGRATION.md).
+  step = jax.shard_map(train_step, mesh=placement,
+                       in_specs=(P(), P(devices.AXIS)), out_specs=P(),
+                       check_vma=False)
+  return jax.jit(step, donate_argnums=0)
+# endregion
+
+
+def make_evaluate(config, placement):
+  """The compiled `(state, batch) -> {"loss_sum", "correct", "count"}`."""
+  workload = registry.get(config.workload)
+
+  def evaluate(state, batch):
+    sums = workload.metric_sums(state.params, batch)
+    return lax.psum(sums, axis_name=devices.AXIS)
+
+  return jax.jit(jax.shard_map(evaluate, mesh=placement,
+                               in_specs=(P(), P(devices.AXIS)),
+                               out_specs=P()))
+
+
+def to_host(state):
+  """Params and optimiser state as numpy (already without a device axis)."""
+  return devices.fetch({"params": state.params, "opt_state": state.opt_state})
+
+
+def metrics_to_host(metrics):
+  """Step or evaluation metrics as numpy scalars."""
+  return devices.fetch(metrics)

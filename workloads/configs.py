@@ -1,0 +1,30 @@
+"""Frozen run configurations, one per strategy."""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """What every strategy needs to train one program.
+
+  Attributes:
+    workload: name of a workload in `workloads.registry`.
+    dataset: name of a dataset in `workloads.datasets`.
+    global_batch: examples per optimiser step, over all devices.
+    steps: optimiser steps to run.
+    learning_rate: optimiser step size.
+    momentum: SGD momentum (0 for plain SGD).
+    seed: seeds the initial parameters and the batch order.
+    data_dir: tensorflow-datasets data directory, or None for its default.
+    input_shape: one example's input shape (filled in from the dataset).
+  """
+
+  workload: str = "cnn"
+  dataset: str = "digits"
+  global_batch: int = 256
+  steps: int = 20
+  learning_rate: float = 0.002
+  momentum: float = 0.9
+  seed: int = 0
+  data_dir: str | None = None
+  input_shape: tuple[int, ...] = (8, 8, 1)
