@@ -56,3 +56,25 @@ def test_batch(data: datasets.Dataset, multiple_of: int) -> dict[str, np.ndarray
   """The test split, truncated to a multiple of `multiple_of` examples."""
   n = len(data.test_inputs) // multiple_of * multiple_of
   return {"inputs": data.test_inputs[:n], "targets": data.test_targets[:n]}
+
+
+class MicrobatchError(BatchError):
+  """A global batch that does not split into devices x microbatches."""
+
+
+def microbatch_size(global_batch: int, n_devices: int,
+                    accum_steps: int) -> int:
+  """Examples in one microbatch on one device.
+
+  Raises:
+    MicrobatchError: when `global_batch` is not a positive multiple of
+      `n_devices * accum_steps`; the one-line message names all three.
+  """
+  if accum_steps < 1:
+    raise MicrobatchError(f"accum steps must be at least 1, got {accum_steps}")
+  parts = n_devices * accum_steps
+  if global_batch < parts or global_batch % parts:
+    raise MicrobatchError(
+        f"global batch {global_batch} does not split into {n_devices} "
+        f"devices x {accum_steps} microbatches (needs a multiple of {parts})")
+  return global_batch // parts

@@ -28,3 +28,19 @@ class TrainConfig:
   seed: int = 0
   data_dir: str | None = None
   input_shape: tuple[int, ...] = (8, 8, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class AccumulationConfig(TrainConfig):
+  """A data-parallel program that accumulates gradients over microbatches.
+
+  Attributes:
+    accum_steps: microbatches per device per optimiser step (K); each
+      device's part of the global batch is split into K equal microbatches.
+    accum_loop: how the K microbatches are looped over, one of
+      `workloads.microbatches.LOOPS`, or `auto` for the measured best on the
+      platform (docs/accumulation-notes.md).
+  """
+
+  accum_steps: int = 4
+  accum_loop: str = "auto"

@@ -1,4 +1,5 @@
-"""Datasets as host numpy arrays: digits (offline), tfds MNIST, synthetic, linreg.
+"""Datasets as host numpy arrays: digits (offline), tfds MNIST, synthetic, linreg,
+linear512.
 
 Every dataset is a `Dataset` of numpy arrays held whole in host memory; the
 batch order is drawn separately (`workloads.batches`) so that every backend
@@ -11,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 TFDS_NAMES = ("mnist", "fashion_mnist")
-NAMES = ("digits", *TFDS_NAMES, "synthetic", "linreg")
+NAMES = ("digits", *TFDS_NAMES, "synthetic", "linreg", "linear512")
 
 # Split and synthetic draws use their own fixed seed so that the data does not
 # change with the run's --seed (which seeds the init and the batch order).
@@ -37,7 +38,7 @@ def load(name: str, data_dir: str | None = None) -> Dataset:
   """Loads a dataset by name.
 
   Args:
-    name: `digits`, `mnist`, `fashion_mnist`, `linreg`, or
+    name: `digits`, `mnist`, `fashion_mnist`, `linreg`, `linear512`, or
       `synthetic[:HxW][:N]` (default 28x28 images, 4096 train examples).
     data_dir: tensorflow-datasets data directory for the tfds datasets.
 
@@ -53,6 +54,8 @@ def load(name: str, data_dir: str | None = None) -> Dataset:
     return _tfds(name, data_dir)
   if name == "linreg":
     return _linreg()
+  if name == "linear512":
+    return _linear512()
   match = _SYNTHETIC.match(name)
   if match:
     height, width, size = match.groups()
@@ -120,3 +123,15 @@ def _linreg(size=8192, true_w=2.0, true_b=-1.0, noise=0.5):
   ys = (xs * true_w + true_b
         + noise * rng.normal(size=(size, 1))).astype(np.float32)
   return _split("linreg", xs, ys)
+
+
+def _linear512(size=4096, features=512):
+  """The gradient-accumulation classic: random vectors, random booleans.
+
+  Targets are 0.0/1.0 of shape `[N, 1]`; there is nothing to learn beyond
+  memorising the training set, so test accuracy is chance by construction.
+  """
+  rng = np.random.default_rng(_DATA_SEED)
+  xs = rng.normal(size=(size, features)).astype(np.float32)
+  ys = rng.integers(0, 2, size=(size, 1)).astype(np.float32)
+  return _split("linear512", xs, ys)

@@ -1,0 +1,84 @@
+"""Compares two pytrees of numpy arrays: max abs, rel and ULP, and a verdict.
+
+Use it on your own port: fetch both states to host (`to_host`), then
+`compare_trees(port, reference, tolerance)`.
+"""
+
+import jax
+import numpy as np
+
+from compare import tolerances
+
+BITWISE, CLOSE, DIFFER = "bitwise", "close", "differ"
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  """How many representable floats lie between `a` and `b`, elementwise."""
+  if not np.issubdtype(a.dtype, np.floating):
+    return np.abs(a.astype(np.int64) - b.astype(np.int64))
+  ints = {2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
+  def ordered(x):
+    # Floats are sign-magnitude; map them onto a monotonic integer line.
+    i = x.view(ints).astype(np.int64)
+    return np.where(i < 0, np.iinfo(ints).min - i, i)
+  return np.abs(ordered(a) - ordered(b))
+
+
+def _leaf_stats(a, b, tol):
+  a, b = np.asarray(a), np.asarray(b)
+  if a.shape != b.shape:
+    raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")
+  diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+  magnitude = np.abs(b.astype(np.float64))
+  allowed = tol.atol * (magnitude.max(initial=0.0)) + tol.rtol * magnitude
+  return {
+      "bitwise": np.array_equal(a, b),
+      "close": bool(np.all(diff <= allowed)),
+      "max_abs": float(diff.max(initial=0.0)),
+      "max_rel": float((diff / np.maximum(magnitude, 1e-30)).max(initial=0.0)),
+      "max_ulp": int(ulp_distance(a, b).max(initial=0)),
+  }
+
+
+def compare_trees(a, b, tol: tolerances.Tolerance) -> dict:
+  """Compares pytree `a` against `b` (the side taken as ground truth).
+
+  Args:
+    a: a pytree of arrays.
+    b: a pytree of the same structure; tolerances scale with its magnitudes.
+    tol: the tolerance for `close`.
+
+  Returns:
+    `{"verdict", "max_abs", "max_rel", "max_ulp", "rtol", "atol", "worst"}`,
+    where `worst` names the leaf with the largest abs difference.
+  """
+  a_leaves = jax.tree_util.tree_leaves_with_path(a)
+  b_leaves = jax.tree.leaves(b)
+  if len(a_leaves) != len(b_leaves):
+    raise ValueError(f"trees differ: {len(a_leaves)} vs {len(b_leaves)} leaves")
+  stats = [(jax.tree_util.keystr(path), _leaf_stats(x, y, tol))
+           for (path, x), y in zip(a_leaves, b_leaves)]
+  if all(s["bitwise"] for _, s in stats):
+    verdict = BITWISE
+  elif all(s["close"] for _, s in stats):
+    verdict = CLOSE
+  else:
+    verdict = DIFFER
+  worst = max(stats, key=lambda kv: kv[1]["max_abs"])[0] if stats else ""
+  return {
+      "verdict": verdict,
+      "max_abs": max((s["max_abs"] for _, s in stats), default=0.0),
+      "max_rel": max((s["max_rel"] for _, s in stats), default=0.0),
+      "max_ulp": max((s["max_ulp"] for _, s in stats), default=0),
+      "rtol": tol.rtol,
+      "atol": tol.atol,
+      "worst": worst,
+  }
+
+
+def max_abs_difference(a, b) -> float:
+  """The largest elementwise |a - b| over two pytrees (for drift curves)."""
+  diffs = jax.tree.map(
+      lambda x, y: float(np.max(np.abs(np.asarray(x, np.float64) - y),
+                                initial=0.0)), a, b)
+  return max(jax.tree.leaves(diffs), default=0.0)

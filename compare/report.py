@@ -1,0 +1,79 @@
+"""The printed table, the verdict lines and the atomically written JSON."""
+
+import json
+import os
+import tempfile
+
+SCHEMA = 1
+# shard_map must keep at least this share of pmap's throughput (issue 2).
+THROUGHPUT_FLOOR = 0.97
+
+
+def _fmt(value, spec):
+  return "-" if value is None else format(value, spec)
+
+
+def throughput_ratio(report: dict) -> float | None:
+  """shard_map's median examples/s over pmap's, when both ran."""
+  runs = report["runs"]
+  if "pmap" not in runs or "shard_map" not in runs:
+    return None
+  return runs["shard_map"]["examples_per_s"] / runs["pmap"]["examples_per_s"]
+
+
+def table(report: dict) -> str:
+  """One row per run, then the verdicts and the throughput ratio."""
+  head = (f"{'run':<10} {'examples/s':>11} {'spread (min-max)':>19} "
+          f"{'compile s':>9} {'final loss':>10} {'test acc':>8} "
+          f"{'all-reduce':>10} {'all-gather':>10} {'temp MB':>8}")
+  lines = [
+      f"{report['strategy']} / {report['workload']} on {report['dataset']}: "
+      f"{report['devices']} {report['platform']} devices, jax "
+      f"{report['jax_version']}, {report['steps']} steps, global batch "
+      f"{report['global_batch']}, seed {report['seed']}", head,
+      "-" * len(head)]
+  for name, run in report["runs"].items():
+    lo, hi = run["examples_per_s_spread"]
+    collectives = run.get("collectives", {})
+    temp = run.get("memory", {}).get("temp_bytes")
+    loss = run["final_loss"]
+    loss = loss if isinstance(loss, float) else sum(loss) / len(loss)
+    lines.append(
+        f"{name:<10} {run['examples_per_s']:>11.0f} "
+        f"{f'{lo:.0f}-{hi:.0f}':>19} {run['compile_s']:>9.2f} "
+        f"{loss:>10.4f} {_fmt(run.get('test_accuracy'), '.4f'):>8} "
+        f"{_fmt(collectives.get('all-reduce'), 'd'):>10} "
+        f"{_fmt(collectives.get('all-gather'), 'd'):>10} "
+        f"{_fmt(None if temp is None else temp / 2**20, '.2f'):>8}")
+  lines.append("")
+  for v in report["equivalence"]:
+    lines.append(
+        f"{v['a']:>9} vs {v['b']:<9} {v['at']:<10} {v['verdict']:<7} "
+        f"max_abs={v['max_abs']:.2e} max_rel={v['max_rel']:.2e} "
+        f"max_ulp={v['max_ulp']} (rtol={v['rtol']:g}, "
+        f"atol={v['atol']:g}*max|leaf|)")
+  ratio = throughput_ratio(report)
+  if ratio is not None:
+    mark = "ok" if ratio >= THROUGHPUT_FLOOR else "BELOW TARGET"
+    lines.append(f"shard_map/pmap examples/s: {ratio:.3f} "
+                 f"(target >= {THROUGHPUT_FLOOR}: {mark})")
+  lines.append(f"verdict: {report['verdict']}")
+  return "\n".join(lines)
+
+
+def check_writable(path: str) -> None:
+  """Raises OSError now if `path` cannot be written later."""
+  folder = os.path.dirname(os.path.abspath(path))
+  if os.path.isdir(path):
+    raise OSError(f"--json {path} is a directory")
+  if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+    raise OSError(f"--json {path}: cannot write in {folder}")
+
+
+def write_json(report: dict, path: str) -> None:
+  """Writes the report to `path` atomically (temp file, then rename)."""
+  folder = os.path.dirname(os.path.abspath(path))
+  with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp",
+                                   delete=False) as f:
+    json.dump(report, f, indent=1)
+  os.replace(f.name, path)

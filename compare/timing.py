@@ -1,0 +1,63 @@
+"""Throughput of several compiled steps, timed interleaved.
+
+Each window times every run once, in a rotated order (A B C, B C A, ...), so
+slow drifts of the machine (thermal, other processes) land on all runs alike.
+Warm-up calls are excluded; each window ends with `block_until_ready`.
+"""
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import jax
+
+
+@dataclasses.dataclass
+class Timed:
+  """One run to time: its step, a state it may consume, batches to cycle."""
+
+  name: str
+  step: Callable
+  state: object
+  batches: Sequence[object]
+
+
+def _run(timed: Timed, steps: int) -> float:
+  start = time.perf_counter()
+  state = timed.state
+  for i in range(steps):
+    state, metrics = timed.step(state, timed.batches[i % len(timed.batches)])
+  jax.block_until_ready((state, metrics))
+  timed.state = state
+  return time.perf_counter() - start
+
+
+def throughput(runs: Sequence[Timed], examples_per_step: int, windows: int = 7,
+               window_s: float = 0.3, warmup_steps: int = 2) -> dict:
+  """Examples per second of each run: median and [min, max] over windows.
+
+  Args:
+    runs: the runs; their states are consumed (donated) as they step.
+    examples_per_step: global examples one step trains on.
+    windows: timed windows per run.
+    window_s: target length of one window, for the slowest run.
+    warmup_steps: untimed steps per run before the first window.
+
+  Returns:
+    `{name: {"examples_per_s", "examples_per_s_spread", "steps_per_window",
+    "windows"}}`.
+  """
+  runs = list(runs)
+  for timed in runs:
+    _run(timed, warmup_steps)
+  slowest = max(_run(timed, 1) for timed in runs)
+  steps = max(1, round(window_s / max(slowest, 1e-6)))
+  rates = {timed.name: [] for timed in runs}
+  for w in range(windows):
+    for timed in runs[w % len(runs):] + runs[:w % len(runs)]:
+      rates[timed.name].append(examples_per_step * steps / _run(timed, steps))
+  return {name: {"examples_per_s": statistics.median(r),
+                 "examples_per_s_spread": [min(r), max(r)],
+                 "steps_per_window": steps, "windows": windows}
+          for name, r in rates.items()}
