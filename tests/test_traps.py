@@ -1,0 +1,128 @@
+"""Runs every trap of docs/traps.py: the wrong result differs, the right one holds.
+
+The guide (docs/MIGRATION.md) shows these examples; these tests are why its
+claims can be trusted on the pinned jax. No timing is asserted: the slowdowns
+are reported by `python docs/traps.py`, the structure behind them is checked.
+"""
+
+import importlib.util
+import pathlib
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+_PATH = pathlib.Path(__file__).resolve().parents[1] / "docs" / "traps.py"
+
+
+def _load():
+  spec = importlib.util.spec_from_file_location("shardport_docs_traps", _PATH)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module  # dataclasses look their module up here
+  spec.loader.exec_module(module)
+  return module
+
+
+traps = _load()
+
+
+def _allclose(a, b, rtol=1e-5, atol=1e-6):
+  return all(jax.tree.leaves(jax.tree.map(
+      lambda x, y: np.allclose(x, y, rtol=rtol, atol=atol), a, b)))
+
+
+def _equal(a, b):
+  return all(jax.tree.leaves(jax.tree.map(np.array_equal, a, b)))
+
+
+def test_gradient_trap_is_n_times_too_large():
+  out = traps.gradient_trap()
+  for name, grads in out.right.items():
+    assert _allclose(grads, out.expected), name
+  # Exactly N times: the extra psum adds N equal copies (N a power of two).
+  assert _allclose(out.wrong, jax.tree.map(lambda g: traps.N * g,
+                                           out.right["check_vma=False"]))
+  assert not _allclose(out.wrong, out.expected)
+  # JAX-FACTS: check_vma=False is bitwise pmap.
+  assert _equal(out.right["check_vma=False"], out.right["pmap"])
+  assert out.facts["all-reduce wrong"] > out.facts["all-reduce right"] == 1
+
+
+def test_explicit_mesh_refuses_what_auto_accepts():
+  out = traps.explicit_mesh_trap()
+  assert out.facts["axis_types"] == (jax.sharding.AxisType.Explicit,)
+  wrong_map = out.wrong["shard_map(host array)"]
+  assert isinstance(wrong_map, ValueError)
+  assert "does not match the specs of the input" in str(wrong_map)
+  assert type(out.wrong["placed[3]"]).__name__ == "ShardingTypeError"
+  for name, value in out.right.items():
+    np.testing.assert_array_equal(value, out.expected[name])
+
+
+def test_x0_is_a_collective_and_a_wrong_row_on_the_port():
+  out = traps.unreplicate_trap()
+  np.testing.assert_array_equal(out.right, out.expected)
+  assert out.wrong.shape != out.expected.shape  # the first row, silently
+  np.testing.assert_array_equal(out.wrong, out.expected[0])
+  assert out.facts["x[0] all-reduces"] == 1
+  assert out.facts["x[0] devices"] == traps.N
+  assert out.facts["unreplicate devices"] == 1
+  assert out.facts["x[0] equals unreplicate"]
+
+
+def test_reducing_psummed_pmap_outputs_again_counts_n_times():
+  out = traps.pmap_metrics_trap()
+  assert out.right == out.expected
+  assert out.wrong == traps.N * out.expected
+  assert out.facts["eager sum all-reduces"] == 1
+  assert out.facts["eager sum devices"] == traps.N
+  np.testing.assert_allclose(out.facts["mean on devices"],
+                             out.facts["mean on host"], rtol=1e-6)
+
+
+def test_jit_vmap_ensemble_all_gathers_and_shard_map_does_not():
+  out = traps.vmap_ensemble_trap()
+  assert out.facts["all-gather wrong"] > 0
+  assert out.facts["all-gather right"] == 0
+  assert out.facts["Explicit mesh"] == "ShardingTypeError"
+  # Same numbers either way: the trap is the cost, not the values.
+  assert _allclose(out.wrong, out.expected)
+  assert _allclose(out.right, out.expected)
+
+
+def test_scan_keeps_a_loop_and_slow_conv_layouts_on_cpu():
+  out = traps.scan_trap()
+  assert out.facts["looped has while"] and not out.facts["unrolled has while"]
+  if jax.devices()[0].platform == "cpu":
+    assert out.facts["looped other conv layouts"] > 0
+    assert out.facts["unrolled other conv layouts"] == 0
+  assert _allclose(out.wrong, out.expected, rtol=1e-4, atol=1e-5)
+  assert _allclose(out.right, out.expected, rtol=1e-4, atol=1e-5)
+
+
+def test_naive_reshape_shards_the_microbatch_axis():
+  out = traps.microbatch_reshape_trap()
+  assert out.right == out.expected
+  assert out.wrong["Auto k=8"][0] == "data"  # microbatches live on devices
+  assert out.wrong["Explicit k=8"][0] == "data"
+  assert out.wrong["Auto k=4"] == (None,) * 3  # replicated: every device gets all
+  assert out.facts["naive Auto all-gathers"] > 0
+  assert out.facts["per device Auto all-gathers"] == 0
+  assert out.facts["naive Explicit scan"].startswith("ValueError")
+  for key in ("naive Auto sum", "per device Auto sum",
+              "per device Explicit scan"):
+    np.testing.assert_allclose(out.facts[key], out.facts["host sum"],
+                               rtol=1e-6)
+
+
+def test_classic_loss_ties_gradient_scale_to_device_count():
+  out = traps.loss_normalisation_trap()
+  for n, grads in out.right.items():
+    assert _allclose(grads, out.expected), n
+  batch = 64
+  for n, grads in out.wrong.items():
+    # sum within a device, mean across: global sum / n = mean * batch / n
+    assert _allclose(grads, jax.tree.map(lambda g: g * batch / n,
+                                         out.expected), rtol=1e-4), n
+  assert out.facts["grad scale 2->8 devices"] == pytest.approx(0.25)
