@@ -37,4 +37,34 @@ def shard_batch(batch, where):
 
 def fetch(tree):
   """Numpy copy of a replicated tree, without its device axis."""
-  return jax.device_get(flax.jax_utils.unreplicate(tree))
+  # Not flax.jax_utils.unreplicate: on one device it sees a "fully
+  # replicated" [1, ...] array and keeps the device axis (flax 0.12.8).
+  return jax.tree.map(lambda x: x[0], jax.device_get(tree))
+
+
+ENSEMBLE_AXIS = "ensemble"
+
+
+class EnsembleSizeError(ValueError):
+  """An ensemble size that the backend cannot lay out on its devices."""
+
+
+def ensemble_placement(n_devices: int) -> list[jax.Device]:
+  """The devices of an ensemble, one member each (pmap names the axis later)."""
+  return placement(n_devices)
+
+
+def members_per_device(members: int, where) -> int:
+  """How many members each device holds: pmap maps exactly one per device."""
+  if members != len(where):
+    raise EnsembleSizeError(
+        f"the pmap ensemble runs exactly one member per device: asked for "
+        f"{members} members on {len(where)} devices (use --members "
+        f"{len(where)}, or the sharded port, which takes any multiple of the "
+        "device count)")
+  return 1
+
+
+def fetch_members(tree):
+  """Numpy copy of a per-member tree: the device axis is the member axis."""
+  return jax.device_get(tree)

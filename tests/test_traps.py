@@ -69,6 +69,7 @@ def test_x0_is_a_collective_and_a_wrong_row_on_the_port():
   assert out.facts["x[0] devices"] == traps.N
   assert out.facts["unreplicate devices"] == 1
   assert out.facts["x[0] equals unreplicate"]
+  assert out.facts["unreplicate shape, 1 of 8 devices"] == (1, 4, 3)
 
 
 def test_reducing_psummed_pmap_outputs_again_counts_n_times():

@@ -1,0 +1,88 @@
+"""`python -m compare`: the report, the exit codes, the one-line errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from compare import cli
+from compare import runner
+from compare import tolerances
+
+SMALL = ["--strategy", "data_parallel", "--steps", "2", "--batch-size", "64",
+         "--windows", "1"]
+KEYS = {"schema", "strategy", "workload", "dataset", "platform", "devices",
+        "processes", "jax_version", "steps", "global_batch", "seed", "runs",
+        "equivalence", "verdict"}
+RUN_KEYS = {"examples_per_s", "examples_per_s_spread", "compile_s",
+            "final_loss", "test_accuracy", "losses", "collectives", "memory"}
+
+
+@pytest.mark.parametrize("workload", ["cnn", "linreg"])
+def test_data_parallel_report(tmp_path, capsys, workload):
+  path = tmp_path / "out.json"
+  assert cli.main(SMALL + ["--workload", workload, "--json", str(path)]) == 0
+  report = json.loads(path.read_text())
+  assert KEYS <= set(report)
+  assert set(report["runs"]) == {"pmap", "shard_map", "jit", "reference"}
+  for run in report["runs"].values():
+    assert RUN_KEYS <= set(run)
+    assert len(run["losses"]) == 2
+  pmap, mapped = report["runs"]["pmap"], report["runs"]["shard_map"]
+  assert pmap["collectives"]["all-reduce"] == mapped["collectives"]["all-reduce"]
+  pairs = {(v["a"], v["b"], v["at"]): v["verdict"]
+           for v in report["equivalence"]}
+  assert pairs[("pmap", "shard_map", "first_step")] == "bitwise"
+  assert report["verdict"] == "pass"
+  assert "verdict: pass" in capsys.readouterr().out
+
+
+def test_a_differing_pair_exits_1(tmp_path, monkeypatch):
+  # Negative control for the whole harness: no tolerance at all, and the
+  # single-device reference (other summation order) must then differ.
+  monkeypatch.setitem(tolerances.TOLERANCES, "data_parallel", {
+      "first_step": tolerances.Tolerance(0.0, 0.0),
+      "final": tolerances.Tolerance(0.0, 0.0)})
+  path = tmp_path / "out.json"
+  assert cli.main(SMALL + ["--json", str(path)]) == 1
+  assert json.loads(path.read_text())["verdict"] == "fail"
+
+
+def test_a_crash_leaves_no_json(tmp_path, monkeypatch):
+  def boom(*args, **kwargs):
+    raise RuntimeError("crash mid-run")
+  monkeypatch.setattr(runner, "compare", boom)
+  path = tmp_path / "out.json"
+  with pytest.raises(RuntimeError):
+    cli.main(SMALL + ["--json", str(path)])
+  assert not path.exists() and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch-size", "100"], "does not divide over 8 devices"),
+    (["--devices", "16"], "asked for 16 devices, 8 exist"),
+    (["--steps", "0"], "--steps must be at least 1"),
+    (["--workload", "resnet"], "unknown workload"),
+    (["--dataset", "cifar"], "unknown dataset"),
+    (["--json", "/nonexistent/dir/out.json"], "cannot write"),
+    (["--strategy", "pipeline"], "invalid choice"),
+    (["--show-diff", "pipeline"], "pipeline"),
+])
+def test_bad_input_exits_2_with_one_line(argv, message, capsys):
+  assert cli.main(["--strategy", "data_parallel", *argv]) == 2
+  err = capsys.readouterr().err
+  assert message in err and err.count("\n") == 1, err
+
+
+def test_bad_input_from_a_fresh_process_is_quick_and_clean(tmp_path):
+  env = {**os.environ, "PYTHONPATH": os.getcwd()}
+  done = subprocess.run(
+      [sys.executable, "-m", "compare", "--strategy", "data_parallel",
+       "--batch-size", "100", "--json", str(tmp_path / "out.json")],
+      capture_output=True, text=True, timeout=120, env=env, check=False)
+  assert done.returncode == 2
+  assert done.stderr.strip().splitlines() == [
+      "compare: error: batch size 100 does not divide over 8 devices"]
+  assert not (tmp_path / "out.json").exists()
