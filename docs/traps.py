@@ -173,6 +173,9 @@ def unreplicate_trap() -> Outcome:
   habit = state[0]  # silently the first ROW of the parameter
   fetched = jax.device_get(state)  # right: nothing to unreplicate
   # endregion
+  lone = devices[:1]  # a 1-device pmap while 8 devices exist
+  lone_out = jax.pmap(lambda w: w * 1, devices=lone)(
+      flax.jax_utils.replicate(host, lone))
   return Outcome(
       wrong=np.asarray(habit), right=fetched, expected=host,
       facts={"x[0] all-reduces": collectives(jax.jit(lambda a: a[0]),
@@ -180,6 +183,9 @@ def unreplicate_trap() -> Outcome:
              "x[0] devices": len(first.sharding.device_set),
              "unreplicate devices": len(one.sharding.device_set),
              "x[0] equals unreplicate": np.array_equal(first, one),
+             # "fully replicated" to flax: the device axis stays
+             "unreplicate shape, 1 of 8 devices": flax.jax_utils.unreplicate(
+                 lone_out).shape,
              "x[0] ms": _time(lambda: stacked[0]) * 1e3,
              "unreplicate ms": _time(
                  lambda: flax.jax_utils.unreplicate(stacked)) * 1e3})

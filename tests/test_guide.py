@@ -75,10 +75,10 @@ def test_drift_check_fails_when_a_shown_region_changes(copy):
 
 
 def test_drift_check_fails_when_a_tag_disappears(copy):
-  _edit(copy / "legacy_pmap/data_parallel.py", "# region: dp-train-step\n",
-        "")
+  _edit(copy / "legacy_pmap/data_parallel.py", "# region: dp-train-step",
+        "# region: dp-step")
   problems = guide.check(copy)
-  assert any("dp-train-step" in p for p in problems), problems
+  assert any("no region 'dp-train-step'" in p for p in problems), problems
 
 
 def test_drift_check_fails_on_an_unbalanced_region(copy):
