@@ -2,6 +2,7 @@
 
     python docs/build_guide.py          # regenerate docs/MIGRATION.md
     python docs/build_guide.py --check  # exit 1 if it is stale or broken
+    python docs/build_guide.py --measure data_parallel  # measure, then build
 
 The guide's code is never pasted: the template names tagged regions
 (`# region: TAG` ... `# endregion` in the source) and this script pulls them.
@@ -30,6 +31,7 @@ import importlib
 import json
 import pathlib
 import re
+import subprocess
 import sys
 import textwrap
 
@@ -266,10 +268,11 @@ def measured_table(root):
   files = sorted((root / MEASURED).glob("*.json"))
   if not files:
     return ("*No measurements yet.* Generate them on the CI machine with "
-            "`python -m compare --strategy STRATEGY --devices 8 --json "
-            f"{MEASURED}/STRATEGY.json` for each of `ensemble`, "
-            "`data_parallel` and `accumulation`, then run "
-            "`python docs/build_guide.py`.")
+            "`python docs/build_guide.py --measure ensemble --measure "
+            "data_parallel --measure accumulation`, which runs `python -m "
+            "compare --strategy STRATEGY --devices 8 --json "
+            f"{MEASURED}/STRATEGY.json` for each, dates the files and "
+            "rebuilds this guide.")
   out = []
   for file in files:
     report = json.loads(file.read_text())
@@ -335,10 +338,35 @@ def check(root: pathlib.Path = ROOT) -> list[str]:
   return []
 
 
+def measure(strategy: str, root: pathlib.Path = ROOT, devices: int = 8) -> int:
+  """Runs `python -m compare` for `strategy` into docs/measured/, dated.
+
+  compare's JSON is kept as written, plus a `date` (UTC) when it has none, so
+  that the table says when it was measured. Returns compare's exit code; the
+  file is written whatever the verdict (the table shows it).
+  """
+  out = root / MEASURED / f"{strategy}.json"
+  out.parent.mkdir(parents=True, exist_ok=True)
+  code = subprocess.call([sys.executable, "-m", "compare", "--strategy",
+                          strategy, "--devices", str(devices), "--json",
+                          str(out)], cwd=root)
+  if out.is_file():
+    report = json.loads(out.read_text())
+    report.setdefault("date", datetime.datetime.now(
+        datetime.timezone.utc).date().isoformat())
+    out.write_text(json.dumps(report, indent=1) + "\n")
+  return code
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--check", action="store_true",
                       help="exit 1 if the guide is stale or broken")
+  parser.add_argument("--measure", action="append", default=[],
+                      metavar="STRATEGY",
+                      help="first run `python -m compare --strategy STRATEGY "
+                      "--devices 8 --json docs/measured/STRATEGY.json` "
+                      "(repeatable)")
   parser.add_argument("--root", type=pathlib.Path, default=ROOT,
                       help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
@@ -347,6 +375,7 @@ def main(argv=None) -> int:
     for problem in problems:
       print(problem, file=sys.stderr)
     return 1 if problems else 0
+  failed = [s for s in args.measure if measure(s, args.root) != 0]
   try:
     text = build(args.root)
   except GuideError as err:
@@ -354,7 +383,9 @@ def main(argv=None) -> int:
     return 1
   (args.root / OUTPUT).write_text(text)
   print(f"wrote {args.root / OUTPUT}")
-  return 0
+  if failed:
+    print(f"compare did not pass for {', '.join(failed)}", file=sys.stderr)
+  return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -185,3 +185,15 @@ def test_prove_port_example_catches_the_gradient_trap():
   assert prove.verdicts(adam)["port vs reference"]["verdict"] != "differ"
   assert prove.verdicts(adam, "grads")["port vs reference"][
       "verdict"] == "differ"
+
+
+def test_measure_dates_compares_json(copy, monkeypatch):
+  def fake_compare(cmd, cwd):
+    out = pathlib.Path(cmd[cmd.index("--json") + 1])
+    out.write_text('{"strategy": "data_parallel", "verdict": "pass"}')
+    assert cmd[1:4] == ["-m", "compare", "--strategy"] and cwd == copy
+    return 0
+  monkeypatch.setattr(guide.subprocess, "call", fake_compare)
+  assert guide.measure("data_parallel", copy) == 0
+  written = (copy / guide.MEASURED / "data_parallel.json").read_text()
+  assert '"date": "20' in written and '"verdict": "pass"' in written
