@@ -46,12 +46,19 @@ def table(report: dict) -> str:
         f"{_fmt(collectives.get('all-gather'), 'd'):>10} "
         f"{_fmt(None if temp is None else temp / 2**20, '.2f'):>8}")
   lines.append("")
+  lines += _history(report)
   for v in report["equivalence"]:
     lines.append(
         f"{v['a']:>9} vs {v['b']:<9} {v['at']:<10} {v['verdict']:<7} "
         f"max_abs={v['max_abs']:.2e} max_rel={v['max_rel']:.2e} "
         f"max_ulp={v['max_ulp']} (rtol={v['rtol']:g}, "
         f"atol={v['atol']:g}*max|leaf|)")
+  for v in report["equivalence"]:
+    drift = v.get("drift_per_step")
+    if drift:
+      lines.append(f"drift {v['a']}~{v['b']} (max |params| difference): "
+                   f"step 1 {drift[0]:.2e}, step {len(drift)} {drift[-1]:.2e},"
+                   f" largest {max(drift):.2e}")
   ratio = throughput_ratio(report)
   if ratio is not None:
     mark = "ok" if ratio >= THROUGHPUT_FLOOR else "BELOW TARGET"
@@ -59,6 +66,18 @@ def table(report: dict) -> str:
                  f"(target >= {THROUGHPUT_FLOOR}: {mark})")
   lines.append(f"verdict: {report['verdict']}")
   return "\n".join(lines)
+
+
+def _history(report):
+  """Per-evaluation lines (per epoch for the ensemble), as the HOWTO logs."""
+  lines = []
+  for name, run in report["runs"].items():
+    for entry in run.get("history", []):
+      fields = ", ".join(
+          f"{k} {_fmt(v, '.4f') if not isinstance(v, list) else v}"
+          for k, v in entry.items() if k != "step")
+      lines.append(f"{name:<10} step {entry['step']:>4}: {fields}")
+  return lines + ([""] if lines else [])
 
 
 def check_writable(path: str) -> None:

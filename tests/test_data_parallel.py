@@ -77,8 +77,8 @@ def test_canary_catches_the_gradient_trap(digits, n_devices, monkeypatch):
 
 
 @pytest.mark.parametrize("perturb", [
-    {"learning_rate": 0.002 * 1.01},  # a 1% step-size change
-    {"seed": 1},                      # another init and batch order
+    {"learning_rate": configs.TrainConfig.learning_rate * 1.01},  # 1% step
+    {"seed": 1},  # another init and batch order
 ])
 def test_negative_control_first_step(digits, perturb):
   config = _config(digits)
