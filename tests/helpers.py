@@ -1,5 +1,7 @@
 """Small drivers shared by the strategy tests (not a test module)."""
 
+import jax
+
 from workloads import batches
 
 
@@ -12,4 +14,7 @@ def train(module, variant, config, data, n_devices, steps=None):
                                           config.global_batch,
                                           steps or config.steps):
     state, _ = step(state, module.put_batch(host_batch, placement))
+    # Queued collective steps can deadlock XLA:CPU's emulated devices
+    # (compare.timing.max_in_flight): wait for each step.
+    jax.block_until_ready(state)
   return module.to_host(state)
