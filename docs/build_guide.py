@@ -12,6 +12,7 @@ Directives in the template (each alone on its line):
     <!-- diff: PATH#TAG PATH#TAG -->   legacy vs sharded, changed lines marked
     <!-- diff: PATH PATH -->           the same for two whole files
     <!-- diff: PATH::NAME PATH::NAME -->  the same for two defs or classes
+    <!-- code: PATH::NAME -->          one def, class or assignment
     <!-- table: measured -->           the table from docs/measured/*.json
 
 Outside fenced blocks, `[[pkg.module.name]]` becomes a link to its file, and
@@ -84,15 +85,17 @@ def regions(path: pathlib.Path) -> dict[str, str]:
 
 
 def definition(file, dotted):
-  """The source of the def/class `dotted` (e.g. `Cls.method`) in `file`."""
+  """The source of the def, class or assignment `dotted` (`Cls.method`)."""
   text = file.read_text()
   node, body = None, ast.parse(text).body
   for name in dotted.split("."):
     node = _defines(body, name)
-    if not isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+    if not isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Assign,
+                             ast.AnnAssign)):
       return None
-    body = node.body
-  first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    body = getattr(node, "body", [])
+  first = min([node.lineno] + [d.lineno for d in getattr(
+      node, "decorator_list", [])])
   lines = text.splitlines()[first - 1:node.end_lineno]
   return textwrap.dedent("\n".join(lines))
 
@@ -113,7 +116,8 @@ def _source(root, ref):
   elif name:
     text = definition(file, name)
     if text is None:
-      raise GuideError(f"{TEMPLATE}: no def or class {name} in {path}")
+      raise GuideError(f"{TEMPLATE}: no def, class or assignment {name} in "
+                       f"{path}")
   label = (f"`{path}`" + (f" (region `{tag}`)" if tag else "")
            + (f" `{name}`" if name else ""))
   return text, f"[{label}](../{path})"
