@@ -41,3 +41,35 @@ def shard_batch(batch, where):
 def fetch(tree):
   """Numpy copy of a tree (already without a device axis)."""
   return jax.device_get(tree)
+
+
+ENSEMBLE_AXIS = "ensemble"
+
+
+class EnsembleSizeError(ValueError):
+  """An ensemble size that the backend cannot lay out on its devices."""
+
+
+def ensemble_placement(n_devices: int) -> jax.sharding.Mesh:
+  """A 1-D mesh whose `ensemble` axis splits the members over the devices.
+
+  Auto, for the reasons given in `placement`; shard_map states every
+  sharding of the ensemble step explicitly.
+  """
+  return jax.sharding.Mesh(placement(n_devices).devices, (ENSEMBLE_AXIS,),
+                           axis_types=(AxisType.Auto,))
+
+
+def members_per_device(members: int, where) -> int:
+  """How many members each device holds: any whole number, run in turn."""
+  n_devices = where.shape[ENSEMBLE_AXIS]
+  if members < 1 or members % n_devices:
+    raise EnsembleSizeError(
+        f"the sharded ensemble needs a positive multiple of the device count "
+        f"({n_devices}) members, got {members}")
+  return members // n_devices
+
+
+def fetch_members(tree):
+  """Numpy copy of a per-member tree (its leading axis is the member axis)."""
+  return jax.device_get(tree)

@@ -44,3 +44,27 @@ class AccumulationConfig(TrainConfig):
 
   accum_steps: int = 4
   accum_loop: str = "auto"
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsembleConfig(TrainConfig):
+  """An ensemble of CNNs, as the classic "ensembling on multiple devices" HOWTO.
+
+  Every member trains on the whole global batch (the batch is replicated, not
+  split), so `global_batch` is the HOWTO's `batch_size`. The defaults are the
+  HOWTO's optimiser (SGD, learning rate 0.1, momentum 0.9, mean loss) with a
+  smaller batch and fewer epochs, so that the default run on the digits data
+  finishes in seconds on two CPU cores.
+
+  Attributes:
+    members: ensemble size; the pmap backend needs exactly one per device,
+      the sharded port any multiple of the device count.
+    epochs: passes over the training set; the CLI turns them into `steps`
+      (`epochs * (n_train // global_batch)`) and evaluates after each.
+  """
+
+  members: int = 8
+  epochs: int = 5
+  global_batch: int = 128
+  learning_rate: float = 0.1
+  momentum: float = 0.9

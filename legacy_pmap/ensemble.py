@@ -1,0 +1,109 @@
+"""Ensemble training, the classic pmap program ("ensembling on multiple devices").
+
+Each device holds one member of the ensemble, initialised from its own key.
+Every member trains on the same replicated batch with its own loss and
+gradients; the ensemble predicts with the mean of its members' softmax
+probabilities, a `lax.pmean` over the devices.
+"""
+
+import jax
+from jax import lax
+
+from legacy_pmap import devices
+from workloads import ensemble
+
+VARIANTS = ("pmap",)
+make_placement = devices.ensemble_placement
+
+
+def create_state(seed, config, placement):
+  """The members' initial train states, one per device, each its own key."""
+  devices.members_per_device(config.members, placement)
+  # The axis name is unused inside, but it names the mesh of the arrays
+  # pmap returns: without it their sharding differs from what the train
+  # step returns, and the jitted step compiles a second time on step two.
+  create_train_state = jax.pmap(ensemble.create_train_state,
+                                axis_name=devices.ENSEMBLE_AXIS,
+                                static_broadcasted_argnums=(1, 2, 3),
+                                devices=placement)
+  return create_train_state(ensemble.member_keys(seed, config.members),
+                            config.learning_rate, config.momentum,
+                            config.input_shape)
+
+
+def put_batch(batch, placement):
+  """A global host batch, one whole copy per member (`jax_utils.replicate`)."""
+  return devices.replicate(batch, placement)
+
+
+# region: ensemble-train-step
+def make_train_step(config, placement, variant="pmap"):
+  """The compiled step `(state, batch) -> (state, metrics)`.
+
+  The metrics are each member's loss (`member_loss`) and the ensemble's
+  training accuracy (`accuracy`), which is what the classic program reports.
+  """
+  assert variant in VARIANTS, variant
+  devices.members_per_device(config.members, placement)
+
+  def apply_model(state, batch):
+    (loss, logits), grads = jax.value_and_grad(ensemble.loss_fn, has_aux=True)(
+        state.params, batch)
+    # Only the prediction is shared: the mean of the members' probabilities,
+    # one member per device, so a mean over the device axis.
+    probs = lax.pmean(jax.nn.softmax(logits), axis_name=devices.ENSEMBLE_AXIS)
+    return grads, {"member_loss": loss,
+                   "accuracy": ensemble.accuracy(probs, batch["targets"])}
+
+  def update_model(state, grads):
+    return state.apply_gradients(grads=grads)
+
+  apply_model = jax.pmap(apply_model, axis_name=devices.ENSEMBLE_AXIS,
+                         devices=placement)
+  update_model = jax.pmap(update_model, axis_name=devices.ENSEMBLE_AXIS,
+                          devices=placement)
+
+  def train_step(state, batch):
+    grads, metrics = apply_model(state, batch)
+    return update_model(state, grads), metrics
+
+  # The classic program calls the two pmaps one after the other from Python.
+  # jit around them runs the same math as one executable, which is what the
+  # compare harness lowers to count collectives and read memory.
+  return jax.jit(train_step, donate_argnums=0)
+# endregion
+
+
+def make_evaluate(config, placement):
+  """The compiled `(state, batch) -> per-member and ensemble metric sums`.
+
+  Returns `member_loss_sum` and `member_correct` (one per member), and the
+  ensemble's `ensemble_correct`, `ensemble_probs` and the example `count`.
+  """
+  del config  # the program is the same for every ensemble size
+
+  def evaluate(state, batch):
+    _, logits = ensemble.loss_fn(state.params, batch)
+    probs = lax.pmean(jax.nn.softmax(logits), axis_name=devices.ENSEMBLE_AXIS)
+    return {**ensemble.member_sums(logits, batch["targets"]),
+            **ensemble.ensemble_sums(probs, batch["targets"])}
+
+  return jax.pmap(evaluate, axis_name=devices.ENSEMBLE_AXIS, devices=placement)
+
+
+def to_host(state):
+  """Params and optimiser state as numpy, with a leading member axis."""
+  return devices.fetch_members({"params": state.params,
+                                "opt_state": state.opt_state})
+
+
+def metrics_to_host(metrics):
+  """Metrics as numpy: `member_*` per member, the rest the ensemble's.
+
+  Adds `loss`, the mean of the members' losses, where `member_loss` is given.
+  """
+  host = {name: devices.fetch_members(value) if name.startswith("member_")
+          else devices.fetch(value) for name, value in metrics.items()}
+  if "member_loss" in host:
+    host["loss"] = host["member_loss"].mean()
+  return host

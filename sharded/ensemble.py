@@ -1,0 +1,166 @@
+"""Ensemble training on a mesh: the shard_map port of the classic program.
+
+The members' states are stacked on a leading member axis split over the
+mesh's `ensemble` axis (`P('ensemble')`); the batch is replicated (`P()`).
+Every member trains on the same batch with its own loss and gradients; the
+ensemble predicts with the mean of its members' softmax probabilities, an
+explicit `lax.pmean` over the devices. A device may hold several members.
+Plain `jit(vmap(...))` over the stacked members is not used: it all-gathers
+them (docs/ensemble-notes.md).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import PartitionSpec as P
+
+from sharded import devices
+from workloads import ensemble
+
+VARIANTS = ("shard_map",)
+make_placement = devices.ensemble_placement
+
+_MEMBERS, _REPLICATED = P(devices.ENSEMBLE_AXIS), P()
+
+
+def _each_member(fn, members, *shared):
+  """`fn(*member, *shared)` for each of this device's members, stacked.
+
+  `members` is a tuple of trees with a leading member axis. The members run
+  one after another, not under `vmap`: batching them turns the backward
+  convolutions and matmuls into batched ones whose float32 sums round
+  differently (1.4e-7 of a leaf's largest value after one step), and SGD at
+  the HOWTO's learning rate grows that to 1e-2 (8 members) and 8e-2 (16)
+  within five epochs (docs/ensemble-notes.md). Each member's inputs pass an
+  optimisation barrier so that XLA cannot fuse or share work across the
+  members' copies of the program, which alone cost 1 ulp with two members per
+  device. Each member then runs exactly the program pmap and the reference
+  run: bitwise equal for any member count.
+  """
+  count = jax.tree.leaves(members)[0].shape[0]
+  outs = [fn(*lax.optimization_barrier(
+      (*jax.tree.map(lambda x, i=i: x[i], members), *shared)))
+          for i in range(count)]
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+
+
+def create_state(seed, config, placement):
+  """The members' initial train states, stacked, each from its own key."""
+  devices.members_per_device(config.members, placement)
+  create_train_state = _create_train_state(placement)
+  return create_train_state(ensemble.member_keys(seed, config.members),
+                            config.learning_rate, config.momentum,
+                            config.input_shape)
+
+
+@functools.cache
+def _create_train_state(placement):
+  """The compiled init for one mesh, built once per mesh.
+
+  jit caches compilations per function object, and `shard_map` returns a new
+  one on every call: without this cache every `create_state` would compile
+  the init again (seconds on CPU), where pmap's own cache reuses it.
+  """
+  # vmap is safe here (unlike in the step): the init draws random bits and
+  # scales them elementwise, which batching leaves bitwise unchanged; and one
+  # traced optimiser keeps the stacked states' static fields identical.
+  return jax.jit(
+      jax.shard_map(jax.vmap(ensemble.create_train_state,
+                             in_axes=(0, None, None, None)),
+                    mesh=placement, in_specs=(_MEMBERS, None, None, None),
+                    out_specs=_MEMBERS),
+      static_argnums=(1, 2, 3))
+
+
+def put_batch(batch, placement):
+  """A global host batch, replicated over the mesh (`P()`)."""
+  return devices.replicate(batch, placement)
+
+
+# region: ensemble-train-step
+def make_train_step(config, placement, variant="shard_map"):
+  """The compiled step `(state, batch) -> (state, metrics)`.
+
+  The metrics are each member's loss (`member_loss`) and the ensemble's
+  training accuracy (`accuracy`), which is what the classic program reports.
+  """
+  assert variant in VARIANTS, variant
+  devices.members_per_device(config.members, placement)
+
+  def apply_model(state, batch):
+    (loss, logits), grads = _each_member(
+        jax.value_and_grad(ensemble.loss_fn, has_aux=True), (state.params,),
+        batch)
+    # Only the prediction is shared: the mean over this device's members,
+    # then over the devices. Every device holds as many members, so the mean
+    # of the means is the mean over all members.
+    probs = lax.pmean(jax.nn.softmax(logits).mean(0),
+                      axis_name=devices.ENSEMBLE_AXIS)
+    return grads, {"member_loss": loss,
+                   "accuracy": ensemble.accuracy(probs, batch["targets"])}
+
+  def update_model(state, grads):
+    return _each_member(lambda member, g: member.apply_gradients(grads=g),
+                        (state, grads))
+
+  # The params are split over the axis, not replicated, so the gradient trap
+  # of data-parallel ports cannot occur and check_vma stays on.
+  apply_model = jax.shard_map(
+      apply_model, mesh=placement, in_specs=(_MEMBERS, _REPLICATED),
+      out_specs=(_MEMBERS, {"member_loss": _MEMBERS, "accuracy": _REPLICATED}))
+  update_model = jax.shard_map(update_model, mesh=placement,
+                               in_specs=(_MEMBERS, _MEMBERS),
+                               out_specs=_MEMBERS)
+
+  def train_step(state, batch):
+    grads, metrics = apply_model(state, batch)
+    return update_model(state, grads), metrics
+
+  # One executable for both shard_maps, as the pmap backend's jit around its
+  # two pmaps.
+  return jax.jit(train_step, donate_argnums=0)
+# endregion
+
+
+def make_evaluate(config, placement):
+  """The compiled `(state, batch) -> per-member and ensemble metric sums`.
+
+  Returns `member_loss_sum` and `member_correct` (one per member), and the
+  ensemble's `ensemble_correct`, `ensemble_probs` and the example `count`.
+  """
+  del config  # the program is the same for every ensemble size
+
+  def evaluate(state, batch):
+    _, logits = _each_member(ensemble.loss_fn, (state.params,), batch)
+    probs = lax.pmean(jax.nn.softmax(logits).mean(0),
+                      axis_name=devices.ENSEMBLE_AXIS)
+    return {**_each_member(ensemble.member_sums, (logits,),
+                           batch["targets"]),
+            **ensemble.ensemble_sums(probs, batch["targets"])}
+
+  out_specs = {"member_loss_sum": _MEMBERS, "member_correct": _MEMBERS,
+               "ensemble_correct": _REPLICATED, "ensemble_probs": _REPLICATED,
+               "count": _REPLICATED}
+  return jax.jit(jax.shard_map(evaluate, mesh=placement,
+                               in_specs=(_MEMBERS, _REPLICATED),
+                               out_specs=out_specs))
+
+
+def to_host(state):
+  """Params and optimiser state as numpy, with a leading member axis."""
+  return devices.fetch_members({"params": state.params,
+                                "opt_state": state.opt_state})
+
+
+def metrics_to_host(metrics):
+  """Metrics as numpy: `member_*` per member, the rest the ensemble's.
+
+  Adds `loss`, the mean of the members' losses, where `member_loss` is given.
+  """
+  host = {name: devices.fetch_members(value) if name.startswith("member_")
+          else devices.fetch(value) for name, value in metrics.items()}
+  if "member_loss" in host:
+    host["loss"] = host["member_loss"].mean()
+  return host

@@ -1,0 +1,51 @@
+"""One ensemble member's program: its init, loss and metrics (the HOWTO's).
+
+Every backend runs these same functions per member; what differs is where the
+members live and how their probabilities are averaged into the ensemble's.
+"""
+
+import flax.training.train_state
+import jax
+import jax.numpy as jnp
+import optax
+
+from workloads import cnn
+
+_CNN = cnn.CNN()
+
+
+def member_keys(seed: int, members: int) -> jax.Array:
+  """One init key per member, `[members]`, the same for every backend."""
+  return jax.random.split(jax.random.key(seed), members)
+
+
+def create_train_state(rng, learning_rate, momentum, input_shape):
+  """One member's initial `TrainState` (the HOWTO's `create_train_state`)."""
+  params = _CNN.init(rng, jnp.ones((1, *input_shape)))["params"]
+  tx = optax.sgd(learning_rate, momentum)
+  return flax.training.train_state.TrainState.create(
+      apply_fn=_CNN.apply, params=params, tx=tx)
+
+
+def loss_fn(params, batch):
+  """Mean softmax cross entropy of one member, with its logits as aux."""
+  logits = _CNN.apply({"params": params}, batch["inputs"])
+  return cnn.cross_entropy_mean(logits, batch["targets"]), logits
+
+
+def accuracy(probs_BK, labels_B):
+  """Fraction of argmax predictions equal to the labels."""
+  return jnp.mean(jnp.argmax(probs_BK, -1) == labels_B)
+
+
+def member_sums(logits_BK, labels_B):
+  """One member's summed loss and correct count."""
+  return {"member_loss_sum": cnn.cross_entropy_sum(logits_BK, labels_B),
+          "member_correct": cnn.correct_count(logits_BK, labels_B)}
+
+
+def ensemble_sums(probs_BK, labels_B):
+  """The ensemble's correct count, its probabilities and the example count."""
+  return {"ensemble_correct": cnn.correct_count(probs_BK, labels_B),
+          "ensemble_probs": probs_BK,
+          "count": jnp.asarray(labels_B.shape[0])}
