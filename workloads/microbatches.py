@@ -17,9 +17,11 @@ LOOPS = ("scan", "scan_unroll", "fori", "python", "multisteps")
 
 # What `auto` picks, from the measurements in docs/accumulation-notes.md.
 # XLA:CPU runs the conv backward inside a rolled loop (scan, fori) on a slow
-# path, several times slower than unrolled code, so CPU unrolls. Accelerators
-# keep the rolled scan, the classic advice: one copy of the step in the
-# program whatever K, and one microbatch's activations live at a time.
+# path, 3-6x slower than unrolled code, so CPU unrolls; it then schedules the
+# K microbatches side by side, which saves little memory: pass `scan` where
+# memory is the point. Accelerators keep the rolled scan, the classic advice
+# (not measured here): one copy of the step in the program whatever K, and
+# one microbatch's activations live at a time.
 AUTO = {"cpu": "scan_unroll", "gpu": "scan", "tpu": "scan"}
 
 
@@ -73,22 +75,25 @@ def mean_grads(value_and_grad, state, microbatches_K, loop):
   add = lambda a, b: jax.tree.map(jnp.add, a, b)
   if loop == "multisteps":
     return value_and_grad(params, take(state.opt_state.mini_step))
+  accumulate = lambda total, micro: add(total,
+                                        value_and_grad(params, micro))
+  # The first microbatch seeds the running total (no zeros to add), so that
+  # K=1 has no loop at all and compiles to the data-parallel step: a loop
+  # started from zeros fuses differently and differs in the last bit.
+  total = value_and_grad(params, take(0))
   if loop == "python":
-    # Unrolled at trace time: K copies of the step in the program.
-    total = value_and_grad(params, take(0))
+    # Unrolled at trace time: K copies of the step in the program, the same
+    # program as scan_unroll.
     for i in range(1, k):
-      total = add(total, value_and_grad(params, take(i)))
-  else:
-    shapes = jax.eval_shape(value_and_grad, params, take(0))
-    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-    if loop == "fori":
-      total = lax.fori_loop(
-          0, k, lambda i, acc: add(acc, value_and_grad(params, take(i))),
-          zeros)
-    else:
-      body = lambda acc, micro: (add(acc, value_and_grad(params, micro)), None)
-      total, _ = lax.scan(body, zeros, microbatches_K,
-                          unroll=k if loop == "scan_unroll" else 1)
+      total = accumulate(total, take(i))
+  elif loop == "fori":
+    total = lax.fori_loop(1, k, lambda i, acc: accumulate(acc, take(i)),
+                          total)
+  elif k > 1:
+    rest = jax.tree.map(lambda x: x[1:], microbatches_K)
+    body = lambda acc, micro: (accumulate(acc, micro), None)
+    total, _ = lax.scan(body, total, rest,
+                        unroll=k - 1 if loop == "scan_unroll" else 1)
   return jax.tree.map(lambda t: t / k, total)
 
 
@@ -126,26 +131,58 @@ class OptimizerStep:
   Under `multisteps` the compiled step takes one microbatch per call and
   optax.MultiSteps updates the params on every K-th call. This object calls
   it K times, so that it reads like any other `(state, batch) -> (state,
-  metrics)` step; its loss is the mean over the calls.
+  metrics)` step; its loss is the mean over the calls. `lower(...)
+  .compile()` gives another `OptimizerStep` around the compiled call, so
+  that code which swaps a step for its compiled form still makes whole
+  optimiser steps.
 
   Attributes:
-    micro_step: the compiled one-microbatch step.
-    calls_per_step: K, the calls that make one optimiser step.
-    lower: `micro_step.lower`: its HLO and memory are those of one call, so a
-      collective count per optimiser step is K times the count in its HLO.
+    micro_step: the one-microbatch step (jitted, or compiled).
+    calls_per_step: K, the calls that make one optimiser step. Anything else
+      (`as_text`, `memory_analysis`) is `micro_step`'s: the HLO and memory
+      of one call, so collectives per optimiser step are K times its count.
   """
 
   def __init__(self, micro_step, calls_per_step):
     self.micro_step = micro_step
     self.calls_per_step = calls_per_step
-    self.lower = micro_step.lower
 
   def __call__(self, state, batch):
     losses = []
     for _ in range(self.calls_per_step):
       state, metrics = self.micro_step(state, batch)
       losses.append(metrics["loss"])
+      if jax.devices()[0].platform == "cpu":
+        # Queued steps holding collectives can deadlock the emulated CPU
+        # devices' rendezvous (compare/timing.py): one call at a time.
+        jax.block_until_ready(state)
     return state, {"loss": sum(losses[1:], losses[0]) / len(losses)}
+
+  def lower(self, *args, **kwargs):
+    return _LoweredOptimizerStep(self.micro_step.lower(*args, **kwargs),
+                                 self.calls_per_step)
+
+  def __getattr__(self, name):
+    if name == "micro_step":  # not set yet: no recursion
+      raise AttributeError(name)
+    return getattr(self.micro_step, name)
+
+
+class _LoweredOptimizerStep:
+  """A lowered one-microbatch step whose `compile()` is an `OptimizerStep`."""
+
+  def __init__(self, lowered, calls_per_step):
+    self.lowered = lowered
+    self.calls_per_step = calls_per_step
+
+  def compile(self, *args, **kwargs):
+    return OptimizerStep(self.lowered.compile(*args, **kwargs),
+                         self.calls_per_step)
+
+  def __getattr__(self, name):
+    if name == "lowered":
+      raise AttributeError(name)
+    return getattr(self.lowered, name)
 
 
 def per_optimizer_step(step, loop, accum_steps):

@@ -1,0 +1,90 @@
+"""Gradient accumulation in the classic pmap data-parallel program.
+
+Each device splits its slice of the global batch into K equal microbatches,
+averages their gradients, and only then averages across devices with one
+`lax.pmean`: one cross-device reduction and one optimiser update per step.
+"""
+
+
+import jax
+from jax import lax
+
+from legacy_pmap import devices
+from workloads import batches
+from workloads import microbatches
+from workloads import registry
+
+VARIANTS = ("pmap",)
+make_placement = devices.placement
+
+
+def create_state(seed, config, placement):
+  """The initial train state, one replica per device."""
+  return devices.replicate(microbatches.init_state(seed, config), placement)
+
+
+def put_batch(batch, placement):
+  """A global host batch reshaped to `[n_devices, local_batch, ...]`."""
+  return devices.shard_batch(batch, placement)
+
+
+# region: accum-train-step
+def make_train_step(config, placement, variant="pmap"):
+  """The compiled step `(state, batch) -> (state, {"loss"})`.
+
+  Raises:
+    batches.MicrobatchError: the global batch does not split into devices x
+      `config.accum_steps` equal microbatches.
+  """
+  assert variant in VARIANTS, variant
+  workload = registry.get(config.workload)
+  n_shards = len(placement)
+  k = config.accum_steps
+  batches.microbatch_size(config.global_batch, n_shards, k)
+  loop = microbatches.resolve_loop(config.accum_loop, placement[0].platform)
+
+  def microbatch_grad(shards):
+    # A microbatch is 1/K of a shard, so its loss is normalised as shards/K
+    # shards: for the CNN that is K x its summed loss, and the mean of K such
+    # gradients is the gradient of the shard's sum, as without accumulation;
+    # for linreg (shards ignored) the mean of K equal-size means is the
+    # shard's mean. K a power of two keeps both scalings exact.
+    return lambda params, micro: jax.value_and_grad(workload.loss)(
+        params, micro, shards / k)
+
+  def train_step(state, batch):
+    # Microbatch i is rows i*m:(i+1)*m of this device's own slice.
+    split = microbatches.split(batch, k)
+    loss, grads = microbatches.mean_grads(microbatch_grad(1), state, split,
+                                          loop)
+    grads = lax.pmean(grads, axis_name=devices.AXIS)
+    loss = lax.pmean(loss, axis_name=devices.AXIS)
+    return state.apply_gradients(grads=grads), {"loss": loss}
+
+  step = jax.pmap(train_step, axis_name=devices.AXIS, devices=placement,
+                  donate_argnums=0)
+  return microbatches.per_optimizer_step(step, loop, k)
+# endregion
+
+
+def make_evaluate(config, placement):
+  """The compiled `(state, batch) -> {"loss_sum", "correct", "count"}`."""
+  workload = registry.get(config.workload)
+
+  def evaluate(state, batch):
+    sums = workload.metric_sums(state.params, batch)
+    return lax.psum(sums, axis_name=devices.AXIS)
+
+  return jax.pmap(evaluate, axis_name=devices.AXIS, devices=placement)
+
+
+def to_host(state):
+  """Params and optimiser state as numpy, without the device axis."""
+  return devices.fetch({
+      "params": state.params,
+      "opt_state": microbatches.canonical_opt_state(state.opt_state)})
+
+
+def metrics_to_host(metrics):
+  """Step or evaluation metrics as numpy scalars."""
+  return devices.fetch(metrics)
