@@ -92,14 +92,12 @@ def _run(args):
     raise UsageError(f"strategy {args.strategy} is not built yet") from None
   options = {k: v for k, v in vars(args).items() if v is not None}
   options.setdefault("workload", "cnn")
+  options["devices"] = n_devices
   try:
     workload = registry.get(options["workload"])
     data = datasets.load(options.get("dataset", workload.dataset),
                          args.data_dir)
     config = spec.make_config(options, data)
-    if config.global_batch % n_devices:
-      raise UsageError(f"batch size {config.global_batch} does not divide "
-                       f"over {n_devices} devices")
     result = runner.compare(spec, config, data, n_devices,
                             windows=args.windows, progress=sys.stderr.isatty())
   except ValueError as err:  # every input error in workloads/ and the backends

@@ -45,8 +45,11 @@ def table(report: dict) -> str:
         f"{_fmt(collectives.get('all-reduce'), 'd'):>10} "
         f"{_fmt(collectives.get('all-gather'), 'd'):>10} "
         f"{_fmt(None if temp is None else temp / 2**20, '.2f'):>8}")
+  for name, why in report.get("skipped_runs", {}).items():
+    lines.append(f"{name:<10} not run: {why}")
   lines.append("")
   lines += _history(report)
+  lines += _members(report)
   for v in report["equivalence"]:
     lines.append(
         f"{v['a']:>9} vs {v['b']:<9} {v['at']:<10} {v['verdict']:<7} "
@@ -68,15 +71,33 @@ def table(report: dict) -> str:
   return "\n".join(lines)
 
 
+_HISTORY_FIELDS = ("train_loss", "train_accuracy", "test_loss",
+                   "test_accuracy", "mean_member_accuracy")
+
+
 def _history(report):
   """Per-evaluation lines (per epoch for the ensemble), as the HOWTO logs."""
   lines = []
   for name, run in report["runs"].items():
-    for entry in run.get("history", []):
-      fields = ", ".join(
-          f"{k} {_fmt(v, '.4f') if not isinstance(v, list) else v}"
-          for k, v in entry.items() if k != "step")
-      lines.append(f"{name:<10} step {entry['step']:>4}: {fields}")
+    for epoch, entry in enumerate(run.get("history", []), start=1):
+      fields = ", ".join(f"{k} {_fmt(entry[k], '.4f')}"
+                         for k in _HISTORY_FIELDS if k in entry)
+      lines.append(f"{name:<10} epoch {epoch:>2} (step {entry['step']:>4}): "
+                   f"{fields}")
+  return lines + ([""] if lines else [])
+
+
+def _members(report):
+  """The ensemble's test accuracy beside its mean and best member's."""
+  lines = []
+  for name, run in report["runs"].items():
+    if "ensemble_accuracy" in run:
+      verdict = ("beats" if run["ensemble_accuracy"] >
+                 run["mean_member_accuracy"] else "does NOT beat")
+      lines.append(
+          f"{name:<10} ensemble test accuracy {run['ensemble_accuracy']:.4f} "
+          f"{verdict} the mean member {run['mean_member_accuracy']:.4f} "
+          f"(best member {run['best_member_accuracy']:.4f})")
   return lines + ([""] if lines else [])
 
 

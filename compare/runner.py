@@ -39,6 +39,7 @@ class Run:
   compile_s: float = 0.0
   compiled: dict = dataclasses.field(default_factory=dict)
   losses: list = dataclasses.field(default_factory=list)
+  since_eval: list = dataclasses.field(default_factory=list)
   first_step: object = None
   history: list = dataclasses.field(default_factory=list)
   summary: dict = dataclasses.field(default_factory=dict)
@@ -59,9 +60,17 @@ def _compile(run, batch):
   return run.step
 
 
-def _loss(run, metrics):
-  loss = np.asarray(run.module.metrics_to_host(metrics)["loss"])
-  return float(loss) if loss.ndim == 0 else loss.tolist()
+def _train_metrics(run, metrics):
+  """The step's scalar metrics: `loss`, and `accuracy` where reported."""
+  host = run.module.metrics_to_host(metrics)
+  return {k: float(np.asarray(host[k])) for k in ("loss", "accuracy")
+          if k in host and np.ndim(host[k]) == 0}
+
+
+def _epoch_means(step_metrics):
+  """Train metrics averaged since the last evaluation, as the HOWTO logs."""
+  return {f"train_{k}": float(np.mean([m[k] for m in step_metrics]))
+          for k in step_metrics[0]}
 
 
 def _evaluate(spec, run, config, test_batch):
@@ -110,13 +119,15 @@ def train(spec: StrategySpec, config, data, n_devices: int,
       if i == 0:
         run.step = _compile(run, batch)
       run.state, metrics = run.step(run.state, batch)
-      run.losses.append(_loss(run, metrics))
+      run.since_eval.append(_train_metrics(run, metrics))
+      run.losses.append(run.since_eval[-1]["loss"])
       hosts[run.name] = run.module.to_host(run.state)
       if i == 0:
         run.first_step = hosts[run.name]
       if every and (i + 1) % every == 0:
-        run.history.append({"step": i + 1, "train_loss": run.losses[-1],
+        run.history.append({"step": i + 1, **_epoch_means(run.since_eval),
                             **_evaluate(spec, run, config, test_batch)})
+        run.since_eval = []
     for a, b in pairs:
       drift[f"{a}~{b}"].append(equivalence.max_abs_difference(
           hosts[a]["params"], hosts[b]["params"]))
@@ -177,6 +188,9 @@ def compare(spec: StrategySpec, config, data, n_devices: int,
         **run.compiled,
         **({"history": run.history} if run.history else {}),
     }
-  return {"runs": report_runs, "equivalence": verdicts,
+  skipped = {r.name: spec.why_skipped(config, n_devices)
+             for r in spec.runs
+             if r.name not in report_runs and spec.why_skipped}
+  return {"runs": report_runs, "skipped_runs": skipped, "equivalence": verdicts,
           "verdict": ("fail" if any(v["verdict"] == equivalence.DIFFER
                                     for v in verdicts) else "pass")}

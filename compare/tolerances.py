@@ -35,6 +35,19 @@ TOLERANCES = {
         # differ from the reference while the first step still agrees.
         "final": Tolerance(rtol=1e-3, atol=1e-3),
     },
+    "ensemble": {
+        # Every member runs the single-model program unchanged on every
+        # backend (members one after another on a device, not vmapped: see
+        # docs/ensemble-notes.md): measured bitwise at the first step and
+        # after 55 steps, 8 and 16 members on 8 devices and on 1, 2, 4.
+        # 1e-5 as for data_parallel leaves room for another XLA build's
+        # rounding and is 1000x below a 1% learning-rate change.
+        "first_step": Tolerance(rtol=1e-5, atol=1e-5),
+        # lr 0.1 with momentum 0.9 grows a 1-ulp difference to 1e-2..1e-1 of
+        # max|leaf| within 5 epochs (measured with vmapped members), so the
+        # final check holds only while runs stay (near) bitwise, as they do.
+        "final": Tolerance(rtol=1e-3, atol=1e-3),
+    },
 }
 
 

@@ -26,6 +26,7 @@ class StrategySpec:
     pairs: `(a, b)` pairs compared, `b` taken as ground truth.
     make_config: `(options, dataset) -> config` from the parsed CLI options.
     active_runs: `(config, n_devices) -> run names` that can run here.
+    why_skipped: `(config, n_devices) -> reason` printed for the other runs.
     summarize: `(host eval metrics, config) -> report fields` such as test
       accuracy.
     eval_every: `(config, n_train_examples) -> steps between evaluations`, or
@@ -39,6 +40,7 @@ class StrategySpec:
   pairs: tuple[tuple[str, str], ...]
   make_config: Callable[[dict, Any], Any]
   active_runs: Callable[[Any, int], tuple[str, ...]] | None = None
+  why_skipped: Callable[[Any, int], str] | None = None
   summarize: Callable[[dict, Any], dict] | None = None
   eval_every: Callable[[Any, int], int | None] | None = None
   extra_report: Callable[[Any], dict] | None = None

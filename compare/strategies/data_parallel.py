@@ -8,18 +8,29 @@ from compare.strategies import StrategySpec
 from compare.strategies import summarize_sums
 from legacy_pmap import data_parallel as legacy
 from sharded import data_parallel as port
+from workloads import batches
 from workloads import configs
 from workloads import registry
 
 
 def make_config(options, data):
-  """A `TrainConfig` from CLI options over the workload's defaults."""
+  """A `TrainConfig` from CLI options over the workload's defaults.
+
+  Raises:
+    batches.BatchError: when the global batch does not divide over the
+      devices.
+  """
   workload = registry.get(options["workload"])
   fields = {f.name for f in dataclasses.fields(configs.TrainConfig)}
   given = {k: v for k, v in options.items() if k in fields and v is not None}
-  return configs.TrainConfig(
+  config = configs.TrainConfig(
       **{**workload.defaults, **given, "dataset": data.name,
          "input_shape": tuple(data.train_inputs.shape[1:])})
+  if config.global_batch % options["devices"]:
+    raise batches.BatchError(
+        f"batch size {config.global_batch} does not divide over "
+        f"{options['devices']} devices")
+  return config
 
 
 def summarize(sums, config):

@@ -6,6 +6,7 @@ against the reference alone.
 """
 
 import dataclasses
+import os
 
 import numpy as np
 
@@ -56,6 +57,12 @@ def active_runs(config, n_devices):
   if config.members == n_devices:
     return ("pmap", "shard_map", "reference")
   return ("shard_map", "reference")
+
+
+def why_skipped(config, n_devices):
+  return (f"pmap runs exactly one member per device ({config.members} "
+          f"members on {n_devices} devices); the port runs "
+          f"{config.members // n_devices} per device")
 
 
 def summarize(sums, config):
@@ -120,8 +127,11 @@ def plot(report, path):
   speeds.set(ylabel="examples/s (median, min-max)",
              title=f"{report['devices']} {report['platform']} devices")
   figure.tight_layout()
-  figure.savefig(path, dpi=100)
+  # Written beside the target and renamed, so a failure leaves no half PNG.
+  partial = f"{path}.partial.png"
+  figure.savefig(partial, dpi=100)
   plt.close(figure)
+  os.replace(partial, path)
 
 
 SPEC = StrategySpec(
@@ -133,6 +143,7 @@ SPEC = StrategySpec(
            ("shard_map", "reference")),
     make_config=make_config,
     active_runs=active_runs,
+    why_skipped=why_skipped,
     summarize=summarize,
     eval_every=eval_every,
     extra_report=extra_report,
