@@ -23,7 +23,7 @@ def throughput_ratio(report: dict) -> float | None:
 
 def table(report: dict) -> str:
   """One row per run, then the verdicts and the throughput ratio."""
-  head = (f"{'run':<10} {'examples/s':>11} {'spread (min-max)':>19} "
+  head = (f"{'run':<12} {'examples/s':>11} {'spread (min-max)':>19} "
           f"{'compile s':>9} {'final loss':>10} {'test acc':>8} "
           f"{'all-reduce':>10} {'all-gather':>10} {'temp MB':>8}")
   lines = [
@@ -39,7 +39,7 @@ def table(report: dict) -> str:
     loss = run["final_loss"]
     loss = loss if isinstance(loss, float) else sum(loss) / len(loss)
     lines.append(
-        f"{name:<10} {run['examples_per_s']:>11.0f} "
+        f"{name:<12} {run['examples_per_s']:>11.0f} "
         f"{f'{lo:.0f}-{hi:.0f}':>19} {run['compile_s']:>9.2f} "
         f"{loss:>10.4f} {_fmt(run.get('test_accuracy'), '.4f'):>8} "
         f"{_fmt(collectives.get('all-reduce'), 'd'):>10} "
@@ -62,6 +62,7 @@ def table(report: dict) -> str:
       lines.append(f"drift {v['a']}~{v['b']} (max |params| difference): "
                    f"step 1 {drift[0]:.2e}, step {len(drift)} {drift[-1]:.2e},"
                    f" largest {max(drift):.2e}")
+  lines += _memory(report)
   ratio = throughput_ratio(report)
   if ratio is not None:
     mark = "ok" if ratio >= THROUGHPUT_FLOOR else "BELOW TARGET"
@@ -99,6 +100,25 @@ def _members(report):
           f"{verdict} the mean member {run['mean_member_accuracy']:.4f} "
           f"(best member {run['best_member_accuracy']:.4f})")
   return lines + ([""] if lines else [])
+
+
+def _memory(report):
+  """Accumulation's point: its temp memory against the full-batch steps."""
+  runs = report["runs"]
+  if "accum_steps" not in report or "reference" not in runs:
+    return []
+  temp = lambda name: runs[name]["memory"]["temp_bytes"]
+  lines = []
+  for name in ("pmap", "shard_map", "jit"):
+    if name in runs:
+      same = f"dp_{name}" if f"dp_{name}" in runs else None
+      lines.append(
+          f"temp memory {name} (K={report['accum_steps']}, "
+          f"{runs[name].get('accum_loop')}): {temp(name) / temp('reference'):.2f}"
+          f"x the one-device full batch"
+          + (f", {temp(name) / temp(same):.2f}x the data-parallel step on the"
+             " same devices" if same else ""))
+  return lines
 
 
 def check_writable(path: str) -> None:

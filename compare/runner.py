@@ -56,6 +56,11 @@ def _compile(run, batch):
     compiled = run.step.lower(run.state, batch).compile()
     run.compile_s = time.perf_counter() - start
     run.compiled = hlo.describe(compiled)
+    # A step made of several calls (optax.MultiSteps: K per optimiser step)
+    # runs its collectives that many times per step.
+    calls = getattr(compiled, "calls_per_step", 1)
+    run.compiled["collectives_per_step"] = {
+        k: v * calls for k, v in run.compiled["collectives"].items()}
     return compiled
   return run.step
 
@@ -187,6 +192,7 @@ def compare(spec: StrategySpec, config, data, n_devices: int,
         "losses": run.losses,
         **run.compiled,
         **({"history": run.history} if run.history else {}),
+        **(spec.run_fields(config, run.name) if spec.run_fields else {}),
     }
   skipped = {r.name: spec.why_skipped(config, n_devices)
              for r in spec.runs

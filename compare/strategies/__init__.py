@@ -33,6 +33,7 @@ class StrategySpec:
       None to evaluate only at the end.
     extra_report: `(config) -> fields` added to the JSON's top level.
     plot: `(report, path) -> None` writes `--plot PATH`, where supported.
+    run_fields: `(config, run name) -> fields` added to that run's report.
   """
 
   name: str
@@ -45,6 +46,7 @@ class StrategySpec:
   eval_every: Callable[[Any, int], int | None] | None = None
   extra_report: Callable[[Any], dict] | None = None
   plot: Callable[[dict, str], None] | None = None
+  run_fields: Callable[[Any, str], dict] | None = None
 
 
 def summarize_sums(sums: dict, classifies: bool = True) -> dict:

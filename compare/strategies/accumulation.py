@@ -48,10 +48,15 @@ def extra_report(config):
                                    jax.devices()[0].platform)
   return {"accum_steps": config.accum_steps, "accum_loop": loop,
           "calls_per_step": (config.accum_steps if loop == "multisteps"
-                             else 1),
-          "accum_loop_per_run": {"pmap": loop, "shard_map": loop,
-                                 "jit": loop, "dp_pmap": None,
-                                 "dp_shard_map": None, "reference": None}}
+                             else 1)}
+
+
+def run_fields(config, name):
+  """Each run's microbatch loop; None for the runs that do not accumulate."""
+  if name not in ("pmap", "shard_map", "jit"):
+    return {"accum_loop": None}
+  return {"accum_loop": microbatches.resolve_loop(
+      config.accum_loop, jax.devices()[0].platform)}
 
 
 SPEC = StrategySpec(
@@ -68,4 +73,5 @@ SPEC = StrategySpec(
     make_config=make_config,
     summarize=summarize,
     extra_report=extra_report,
+    run_fields=run_fields,
 )
