@@ -30,6 +30,7 @@ import datetime
 import difflib
 import importlib
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -267,9 +268,21 @@ def _when(report):
   return "date not recorded"
 
 
+def _count(n, noun):
+  return f"{n} {noun}" + ("" if n == 1 else "es" if noun.endswith("s") else "s")
+
+
+def _load(report):
+  load = report.get("load_average")
+  return (f" (1-min load average {load[0]} before, {load[1]} after)"
+          if load else "")
+
+
 def measured_table(root):
   """The throughput and memory table of every docs/measured/*.json."""
-  files = sorted((root / MEASURED).glob("*.json"))
+  order = ("ensemble", "data_parallel", "accumulation")  # the guide's order
+  files = sorted((root / MEASURED).glob("*.json"), key=lambda f: (
+      order.index(f.stem) if f.stem in order else len(order), f.name))
   if not files:
     return ("*No measurements yet.* Generate them on the CI machine with "
             "`python docs/build_guide.py --measure ensemble --measure "
@@ -285,10 +298,11 @@ def measured_table(root):
     out.append(
         f"**{report['strategy']}** / {report['workload']} on "
         f"{report['dataset']}: {report['devices']} {report['platform']} "
-        f"devices, {report.get('processes', 1)} process(es), jax "
+        f"devices, {_count(report.get('processes', 1), 'process')}, jax "
         f"{report['jax_version']}, {report['steps']} steps, global batch "
-        f"{report['global_batch']}{extra}; measured {_when(report)} "
-        f"([`{MEASURED}/{file.name}`](measured/{file.name})).\n")
+        f"{report['global_batch']}{extra}; measured {_when(report)}"
+        f"{_load(report)} ([`{MEASURED}/{file.name}`](measured/"
+        f"{file.name})).\n")
     out.append("| run | examples/s | spread | compile s | all-reduce | "
                "all-gather | temp MiB | argument MiB | output MiB | "
                "final loss |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -346,11 +360,13 @@ def measure(strategy: str, root: pathlib.Path = ROOT, devices: int = 8) -> int:
   """Runs `python -m compare` for `strategy` into docs/measured/, dated.
 
   compare's JSON is kept as written, plus a `date` (UTC) when it has none, so
-  that the table says when it was measured. Returns compare's exit code; the
+  that the table says when it was measured, and the machine's load average
+  before and after, since other work on it skews the throughput. Returns compare's exit code; the
   file is written whatever the verdict (the table shows it).
   """
   out = root / MEASURED / f"{strategy}.json"
   out.parent.mkdir(parents=True, exist_ok=True)
+  load = os.getloadavg()[0]  # other work on the machine skews throughput
   code = subprocess.call([sys.executable, "-m", "compare", "--strategy",
                           strategy, "--devices", str(devices), "--json",
                           str(out)], cwd=root)
@@ -358,6 +374,8 @@ def measure(strategy: str, root: pathlib.Path = ROOT, devices: int = 8) -> int:
     report = json.loads(out.read_text())
     report.setdefault("date", datetime.datetime.now(
         datetime.timezone.utc).date().isoformat())
+    report.setdefault("load_average", [round(load, 2),
+                                       round(os.getloadavg()[0], 2)])
     out.write_text(json.dumps(report, indent=1) + "\n")
   return code
 

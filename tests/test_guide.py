@@ -197,3 +197,5 @@ def test_measure_dates_compares_json(copy, monkeypatch):
   assert guide.measure("data_parallel", copy) == 0
   written = (copy / guide.MEASURED / "data_parallel.json").read_text()
   assert '"date": "20' in written and '"verdict": "pass"' in written
+  assert '"load_average"' in written
+  assert "load average" in guide.measured_table(copy)
