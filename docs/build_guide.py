@@ -26,6 +26,7 @@ Line numbers are deliberately not shown, so only a change to a shown region
 
 import argparse
 import ast
+import collections
 import datetime
 import difflib
 import importlib
@@ -292,7 +293,9 @@ def measured_table(root):
             "rebuilds this guide.")
   out = []
   for file in files:
-    report = json.loads(file.read_text())
+    # Missing keys print as "?": an older or partial report still renders.
+    report = collections.defaultdict(lambda: "?", json.loads(file.read_text()))
+    report.setdefault("runs", {})
     extra = "".join(f", {k.replace('_', ' ')} {report[k]}"
                     for k in ("members", "accum_steps") if k in report)
     out.append(
