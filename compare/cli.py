@@ -6,6 +6,7 @@ emulated device count is set.
 """
 
 import argparse
+import datetime
 import importlib
 import os
 import sys
@@ -103,6 +104,7 @@ def _run(args):
   except ValueError as err:  # every input error in workloads/ and the backends
     raise UsageError(str(err)) from None
   full = {"schema": report.SCHEMA, "strategy": spec.name,
+          "date": datetime.date.today().isoformat(),
           "workload": config.workload, "dataset": config.dataset,
           "platform": jax.devices()[0].platform, "devices": n_devices,
           "processes": jax.process_count(), "jax_version": jax.__version__,
