@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
   add("--seed", type=int, default=None)
   add("--members", type=int, default=None, help="ensemble members")
   add("--epochs", type=int, default=None, help="ensemble epochs")
+  add("--member-loop", default=None,
+      help="ensemble: sequential (default) or vmap, for several members "
+           "per device")
   add("--accum-steps", type=int, default=None, help="microbatches per step")
   add("--accum-loop", default=None, help="microbatch loop (accumulation)")
   add("--windows", type=int, default=7, help="timing windows per run")

@@ -3,6 +3,10 @@
 import dataclasses
 
 
+class ConfigError(ValueError):
+  """A configuration value that no program accepts."""
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
   """What every strategy needs to train one program.
@@ -61,10 +65,15 @@ class EnsembleConfig(TrainConfig):
       the sharded port any multiple of the device count.
     epochs: passes over the training set; the CLI turns them into `steps`
       (`epochs * (n_train // global_batch)`) and evaluates after each.
+    member_loop: how the sharded port runs several members on one device:
+      `sequential` (bitwise equal to the reference, and faster on XLA:CPU)
+      or `vmap` (batched; ~1 ulp per step apart, which SGD amplifies; see
+      docs/ensemble-notes.md).
   """
 
   members: int = 8
   epochs: int = 5
+  member_loop: str = "sequential"
   global_batch: int = 128
   learning_rate: float = 0.1
   momentum: float = 0.9

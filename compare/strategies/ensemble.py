@@ -32,6 +32,7 @@ def make_config(options, data):
   Raises:
     registry.WorkloadError: for a workload other than the CNN.
     batches.BatchError: for a batch larger than the training set.
+    configs.ConfigError: for an unknown member loop.
   """
   if options["workload"] != "cnn":
     raise registry.WorkloadError(
@@ -47,6 +48,10 @@ def make_config(options, data):
     raise batches.BatchError(
         f"global batch {config.global_batch} exceeds the "
         f"{len(data.train_inputs)} training examples")
+  if config.member_loop not in port.MEMBER_LOOPS:
+    raise configs.ConfigError(
+        f"unknown --member-loop {config.member_loop!r}; choose one of "
+        f"{', '.join(port.MEMBER_LOOPS)}")
   if "steps" not in given:
     config = dataclasses.replace(config, steps=config.epochs * per_epoch)
   return config
