@@ -52,8 +52,8 @@ def _run(timed: Timed, steps: int) -> float:
   return time.perf_counter() - start
 
 
-def throughput(runs: Sequence[Timed], examples_per_step: int, windows: int = 7,
-               window_s: float = 0.3, warmup_steps: int = 2) -> dict:
+def throughput(runs: Sequence[Timed], examples_per_step: int, windows: int = 10,
+               window_s: float = 0.5, warmup_steps: int = 2) -> dict:
   """Examples per second of each run: median and [min, max] over windows.
 
   Args:
@@ -65,7 +65,8 @@ def throughput(runs: Sequence[Timed], examples_per_step: int, windows: int = 7,
 
   Returns:
     `{name: {"examples_per_s", "examples_per_s_spread", "steps_per_window",
-    "windows"}}`.
+    "windows", "window_examples_per_s"}}`; the per-window rates are in
+    window order, so two runs' rates can be compared window by window.
   """
   runs = list(runs)
   for timed in runs:
@@ -78,5 +79,6 @@ def throughput(runs: Sequence[Timed], examples_per_step: int, windows: int = 7,
       rates[timed.name].append(examples_per_step * steps / _run(timed, steps))
   return {name: {"examples_per_s": statistics.median(r),
                  "examples_per_s_spread": [min(r), max(r)],
-                 "steps_per_window": steps, "windows": windows}
+                 "steps_per_window": steps, "windows": windows,
+                 "window_examples_per_s": r}
           for name, r in rates.items()}
