@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
            "per device")
   add("--accum-steps", type=int, default=None, help="microbatches per step")
   add("--accum-loop", default=None, help="microbatch loop (accumulation)")
-  add("--windows", type=int, default=10, help="timing windows per run")
+  add("--windows", type=int, default=20, help="timing windows per run")
   add("--json", default=None, help="write the report here (atomically)")
   add("--plot", default=None, help="write a PNG here (ensemble)")
   add("--show-diff", default=None, metavar="PROGRAM",

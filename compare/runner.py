@@ -175,7 +175,7 @@ def measure_throughput(runs, config, data, windows: int):
 
 
 def compare(spec: StrategySpec, config, data, n_devices: int,
-            windows: int = 10, progress: bool = False) -> dict:
+            windows: int = 20, progress: bool = False) -> dict:
   """Trains, checks and times every run; returns the report's fields."""
   runs, finals, drift, pairs = train(spec, config, data, n_devices,
                                         progress)

@@ -52,8 +52,8 @@ def _run(timed: Timed, steps: int) -> float:
   return time.perf_counter() - start
 
 
-def throughput(runs: Sequence[Timed], examples_per_step: int, windows: int = 10,
-               window_s: float = 0.5, warmup_steps: int = 2) -> dict:
+def throughput(runs: Sequence[Timed], examples_per_step: int, windows: int = 20,
+               window_s: float = 0.4, warmup_steps: int = 2) -> dict:
   """Examples per second of each run: median and [min, max] over windows.
 
   Args:
