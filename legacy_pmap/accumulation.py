@@ -9,6 +9,7 @@ averages their gradients, and only then averages across devices with one
 import jax
 from jax import lax
 
+from legacy_pmap import data_parallel
 from legacy_pmap import devices
 from workloads import batches
 from workloads import microbatches
@@ -16,16 +17,16 @@ from workloads import registry
 
 VARIANTS = ("pmap",)
 make_placement = devices.placement
+# Batches, evaluation and metrics are the data-parallel program's own.
+put_batch = data_parallel.put_batch
+make_evaluate = data_parallel.make_evaluate
+metrics_to_host = data_parallel.metrics_to_host
 
 
 def create_state(seed, config, placement):
   """The initial train state, one replica per device."""
   return devices.replicate(microbatches.init_state(seed, config), placement)
 
-
-def put_batch(batch, placement):
-  """A global host batch reshaped to `[n_devices, local_batch, ...]`."""
-  return devices.shard_batch(batch, placement)
 
 
 # region: accum-train-step
@@ -67,24 +68,9 @@ def make_train_step(config, placement, variant="pmap"):
 # endregion
 
 
-def make_evaluate(config, placement):
-  """The compiled `(state, batch) -> {"loss_sum", "correct", "count"}`."""
-  workload = registry.get(config.workload)
-
-  def evaluate(state, batch):
-    sums = workload.metric_sums(state.params, batch)
-    return lax.psum(sums, axis_name=devices.AXIS)
-
-  return jax.pmap(evaluate, axis_name=devices.AXIS, devices=placement)
-
 
 def to_host(state):
   """Params and optimiser state as numpy, without the device axis."""
   return devices.fetch({
       "params": state.params,
       "opt_state": microbatches.canonical_opt_state(state.opt_state)})
-
-
-def metrics_to_host(metrics):
-  """Step or evaluation metrics as numpy scalars."""
-  return devices.fetch(metrics)

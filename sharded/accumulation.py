@@ -12,6 +12,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from sharded import data_parallel
 from sharded import devices
 from workloads import batches
 from workloads import microbatches
@@ -19,16 +20,16 @@ from workloads import registry
 
 VARIANTS = ("shard_map", "jit")
 make_placement = devices.placement
+# Batches, evaluation and metrics are the data-parallel program's own.
+put_batch = data_parallel.put_batch
+make_evaluate = data_parallel.make_evaluate
+metrics_to_host = data_parallel.metrics_to_host
 
 
 def create_state(seed, config, placement):
   """The initial train state, replicated over the mesh."""
   return devices.replicate(microbatches.init_state(seed, config), placement)
 
-
-def put_batch(batch, placement):
-  """A global host batch split over the mesh's `data` axis."""
-  return devices.shard_batch(batch, placement)
 
 
 # region: accum-train-step
@@ -92,26 +93,9 @@ def make_train_step(config, placement, variant="shard_map"):
 # endregion
 
 
-def make_evaluate(config, placement):
-  """The compiled `(state, batch) -> {"loss_sum", "correct", "count"}`."""
-  workload = registry.get(config.workload)
-
-  def evaluate(state, batch):
-    sums = workload.metric_sums(state.params, batch)
-    return lax.psum(sums, axis_name=devices.AXIS)
-
-  return jax.jit(jax.shard_map(evaluate, mesh=placement,
-                               in_specs=(P(), P(devices.AXIS)),
-                               out_specs=P()))
-
 
 def to_host(state):
   """Params and optimiser state as numpy (already without a device axis)."""
   return devices.fetch({
       "params": state.params,
       "opt_state": microbatches.canonical_opt_state(state.opt_state)})
-
-
-def metrics_to_host(metrics):
-  """Step or evaluation metrics as numpy scalars."""
-  return devices.fetch(metrics)
