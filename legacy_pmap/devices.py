@@ -1,5 +1,7 @@
 """Device plumbing for pmap: device lists, a leading device axis, replicas."""
 
+import os
+
 import einops
 import flax.jax_utils
 import jax
@@ -68,3 +70,58 @@ def members_per_device(members: int, where) -> int:
 def fetch_members(tree):
   """Numpy copy of a per-member tree: the device axis is the member axis."""
   return jax.device_get(tree)
+
+
+# Up to jax 0.9.2 this switch, read when jax is imported, brings back the
+# original C++ pmap runtime (`=0`); jax 0.10.0 removed the switch and that
+# runtime (pmap is `jit` over `shard_map` since jax 0.8.0).
+MERGE_ENV = "JAX_PMAP_SHMAP_MERGE"
+_MERGE_OPTION = "jax_pmap_shmap_merge"
+
+
+def _identity(x):
+  return x
+
+
+def pmap_runtime() -> str:
+  """Which implementation of `jax.pmap` this process runs.
+
+  Probes with a tiny pmap over one device: the original runtime returns
+  arrays whose sharding is a `jax.sharding.PmapSharding`; pmap implemented as
+  `jit` over `shard_map` returns `NamedSharding`s (jax 0.10 has no
+  `PmapSharding` at all).
+
+  Returns:
+    `"original"` when pmap's outputs carry `PmapSharding` (jax <= 0.9.2 run
+    with `JAX_PMAP_SHMAP_MERGE=0`), `"shard_map"` otherwise.
+  """
+  pmap_sharding = getattr(jax.sharding, "PmapSharding", None)
+  if pmap_sharding is None:
+    return "shard_map"
+  out = jax.pmap(_identity, devices=jax.local_devices()[:1])(
+      np.zeros((1,), np.float32))
+  return "original" if isinstance(out.sharding, pmap_sharding) else "shard_map"
+
+
+def pmap_runtime_warning() -> str | None:
+  """A one-line warning when `JAX_PMAP_SHMAP_MERGE` is set but not obeyed.
+
+  Returns:
+    A message when the variable is set and this jax has no such switch
+    (jax >= 0.10: the setting is ignored), or when the switch exists but its
+    value differs from the variable's (something changed it after jax read
+    the environment, e.g. `jax.config.update`); None otherwise, including
+    when the variable is not set.
+  """
+  value = os.environ.get(MERGE_ENV)
+  if value is None:
+    return None
+  if _MERGE_OPTION not in jax.config.values:
+    return (f"{MERGE_ENV}={value} is ignored: jax {jax.__version__} has no "
+            f"such switch (removed in jax 0.10.0); pmap runs on shard_map")
+  wanted = value.strip().lower() in ("1", "y", "yes", "t", "true", "on")
+  actual = bool(jax.config.values[_MERGE_OPTION])
+  if wanted != actual:
+    return (f"{MERGE_ENV}={value}, but jax's {_MERGE_OPTION} is {actual}: "
+            "it was changed after jax read the environment")
+  return None

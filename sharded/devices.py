@@ -73,3 +73,28 @@ def members_per_device(members: int, where) -> int:
 def fetch_members(tree):
   """Numpy copy of a per-member tree (its leading axis is the member axis)."""
   return jax.device_get(tree)
+
+
+MERGE_ENV = "JAX_PMAP_SHMAP_MERGE"
+
+
+def pmap_runtime() -> str:
+  """What runs this backend's per-device programs: always `"shard_map"`.
+
+  The port calls no `jax.pmap`, so `JAX_PMAP_SHMAP_MERGE` does not concern it;
+  `legacy_pmap.devices.pmap_runtime` tells which runtime the pmap backend it
+  is compared against runs on.
+
+  Returns:
+    `"shard_map"`.
+  """
+  return "shard_map"
+
+
+def pmap_runtime_warning() -> str | None:
+  """None: no setting of `JAX_PMAP_SHMAP_MERGE` changes what the port runs.
+
+  Returns:
+    None (`legacy_pmap.devices.pmap_runtime_warning` reports the switch).
+  """
+  return None
