@@ -2,7 +2,12 @@
 
 import sys
 
-from compare import cli
+from compare import emulation
+
+# Before anything imports jax: building the parser imports the registry.
+emulation.set_cpu_device_count(emulation.devices_from_argv(sys.argv[1:]))
+
+from compare import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 if __name__ == "__main__":
   sys.exit(cli.main())

@@ -1,7 +1,8 @@
 """Compares two pytrees of numpy arrays: max abs, rel and ULP, and a verdict.
 
 Use it on your own port: fetch both states to host (`to_host`), then
-`compare_trees(port, reference, tolerance)`.
+`compare_trees(port, reference, tolerance)`. Bitwise means the same bit
+patterns, so two runs that blew up into identical NaNs are still bitwise.
 """
 
 import jax
@@ -24,6 +25,13 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   return np.abs(ordered(a) - ordered(b))
 
 
+def same_bits(a, b) -> bool:
+  """Whether two arrays hold the same bit patterns (NaNs included)."""
+  a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+  return (a.shape == b.shape and a.dtype == b.dtype
+          and a.tobytes() == b.tobytes())
+
+
 def _leaf_stats(a, b, tol):
   a, b = np.asarray(a), np.asarray(b)
   if a.shape != b.shape:
@@ -31,11 +39,13 @@ def _leaf_stats(a, b, tol):
   diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
   magnitude = np.abs(b.astype(np.float64))
   allowed = tol.atol * (magnitude.max(initial=0.0)) + tol.rtol * magnitude
+  finite = np.isfinite(diff)
   return {
-      "bitwise": np.array_equal(a, b),
-      "close": bool(np.all(diff <= allowed)),
-      "max_abs": float(diff.max(initial=0.0)),
-      "max_rel": float((diff / np.maximum(magnitude, 1e-30)).max(initial=0.0)),
+      "bitwise": same_bits(a, b),
+      "close": bool(np.all(finite) and np.all(diff <= allowed)),
+      "max_abs": float(np.where(finite, diff, np.inf).max(initial=0.0)),
+      "max_rel": float((diff / np.maximum(magnitude, 1e-30)).max(
+          initial=0.0)) if np.all(finite) else float("inf"),
       "max_ulp": int(ulp_distance(a, b).max(initial=0)),
   }
 
@@ -77,8 +87,19 @@ def compare_trees(a, b, tol: tolerances.Tolerance) -> dict:
 
 
 def max_abs_difference(a, b) -> float:
-  """The largest elementwise |a - b| over two pytrees (for drift curves)."""
-  diffs = jax.tree.map(
-      lambda x, y: float(np.max(np.abs(np.asarray(x, np.float64) - y),
-                                initial=0.0)), a, b)
-  return max(jax.tree.leaves(diffs), default=0.0)
+  """The largest elementwise |a - b| over two pytrees (for drift curves).
+
+  Non-finite differences count as infinite; equal bits count as zero.
+  """
+  def leaf(x, y):
+    if same_bits(np.asarray(x), np.asarray(y)):
+      return 0.0
+    diff = np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))
+    return float(np.where(np.isfinite(diff), diff, np.inf).max(initial=0.0))
+  return max(jax.tree.leaves(jax.tree.map(leaf, a, b)), default=0.0)
+
+
+def all_finite(tree) -> bool:
+  """Whether every floating leaf of a host pytree is finite."""
+  return all(np.all(np.isfinite(x)) for x in jax.tree.leaves(tree)
+             if np.issubdtype(np.asarray(x).dtype, np.floating))

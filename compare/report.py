@@ -1,11 +1,15 @@
-"""The printed table, the verdict lines and the atomically written JSON."""
+"""The printed table, the verdict lines and the atomically written JSON.
+
+Generic: what only one strategy reports comes from its `report_lines`.
+"""
 
 import json
+import math
 import os
 import statistics
 import tempfile
 
-SCHEMA = 1
+SCHEMA = 2
 # shard_map must keep at least this share of pmap's throughput (issue 2).
 THROUGHPUT_FLOOR = 0.97
 
@@ -28,54 +32,106 @@ def throughput_ratio(report: dict) -> dict | None:
     return None
   ratios = [b / a for a, b in zip(runs["pmap"]["window_examples_per_s"],
                                   runs["shard_map"]["window_examples_per_s"])]
+  if not ratios:
+    return None
   quartiles = (statistics.quantiles(ratios, n=4) if len(ratios) > 1
                else [ratios[0]] * 3)
   return {"median": statistics.median(ratios),
           "quartiles": [quartiles[0], quartiles[2]]}
 
 
-def table(report: dict) -> str:
-  """One row per run, then the verdicts and the throughput ratio."""
-  head = (f"{'run':<12} {'examples/s':>11} {'spread (min-max)':>19} "
-          f"{'compile s':>9} {'final loss':>10} {'test acc':>8} "
-          f"{'all-reduce':>10} {'all-gather':>10} {'temp MB':>8}")
-  lines = [
-      f"{report['strategy']} / {report['workload']} on {report['dataset']}: "
-      f"{report['devices']} {report['platform']} devices, jax "
-      f"{report['jax_version']}, {report['steps']} steps, global batch "
-      f"{report['global_batch']}, seed {report['seed']}", head,
-      "-" * len(head)]
+def header(report: dict) -> str:
+  """The run's one-line description."""
+  return (f"{report['strategy']} / {report['workload']} on "
+          f"{report['dataset']}: {report.get('processes', 1)} process(es) x "
+          f"{report['devices'] // report.get('processes', 1)} "
+          f"{report['platform']} devices, jax {report['jax_version']} "
+          f"(pmap runtime: {report.get('pmap_runtime', '?')}), "
+          f"{report['steps']} steps, global batch {report['global_batch']}, "
+          f"seed {report['seed']}"
+          + (f", negative control {report['negative_control']}"
+             if report.get("negative_control") else ""))
+
+
+COLUMNS = ("run", "examples/s", "spread (min-max)", "compile s",
+           "final loss", "test acc", "all-reduce", "all-gather", "temp MiB")
+
+
+def run_rows(report: dict) -> list[list[str]]:
+  """One row of `COLUMNS` per run, formatted."""
+  rows = []
   for name, run in report["runs"].items():
     lo, hi = run["examples_per_s_spread"]
-    collectives = run.get("collectives", {})
+    collectives = run.get("collectives_per_step", run.get("collectives", {}))
     temp = run.get("memory", {}).get("temp_bytes")
-    loss = run["final_loss"]
-    loss = loss if isinstance(loss, float) else sum(loss) / len(loss)
+    rows.append([
+        name, _fmt(run["examples_per_s"], ".0f"),
+        "-" if lo is None else f"{lo:.0f}-{hi:.0f}",
+        f"{run['compile_s']:.2f}", f"{run['final_loss']:.4f}",
+        _fmt(run.get("test_accuracy"), ".4f"),
+        _fmt(collectives.get("all-reduce"), "d"),
+        _fmt(collectives.get("all-gather"), "d"),
+        _fmt(None if temp is None else temp / 2**20, ".2f")])
+  return rows
+
+
+def _runs_table(report):
+  widths = (12, 11, 19, 9, 10, 8, 10, 10, 8)
+  line = lambda cells: " ".join(
+      f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
+      for i, (c, w) in enumerate(zip(cells, widths)))
+  head = line(COLUMNS)
+  return [head, "-" * len(head)] + [line(r) for r in run_rows(report)]
+
+
+def _history(report):
+  """One line per run: its test accuracy (or loss) at each evaluation."""
+  lines = []
+  for name, run in report["runs"].items():
+    history = run.get("history", [])
+    if not history:
+      continue
+    key = ("test_accuracy" if history[0].get("test_accuracy") is not None
+           else "test_loss")
+    points = " ".join(f"{e['step']}:{_fmt(e.get(key), '.3f')}"
+                      for e in history)
+    lines.append(f"{name:<12} {key} by step: {points}")
+  return lines
+
+
+def verdict_lines(report: dict) -> list[str]:
+  """One line per pair and check, then each final pair's calibration."""
+  lines = []
+  for v in report["equivalence"]:
     lines.append(
-        f"{name:<12} {run['examples_per_s']:>11.0f} "
-        f"{f'{lo:.0f}-{hi:.0f}':>19} {run['compile_s']:>9.2f} "
-        f"{loss:>10.4f} {_fmt(run.get('test_accuracy'), '.4f'):>8} "
-        f"{_fmt(collectives.get('all-reduce'), 'd'):>10} "
-        f"{_fmt(collectives.get('all-gather'), 'd'):>10} "
-        f"{_fmt(None if temp is None else temp / 2**20, '.2f'):>8}")
+        f"{v['a']:>12} vs {v['b']:<12} {v['at']:<10} {v['verdict']:<7} "
+        f"max_abs={v['max_abs']:.2e} max_ulp={v['max_ulp']}"
+        + (f" (rtol={v['rtol']:g}, atol={v['atol']:g}*max|leaf|)"
+           if v["at"] == "first_step" else ""))
+  for v in report["equivalence"]:
+    cal = v.get("calibration")
+    if cal:
+      lines.append(
+          f"calibrated {v['a']}~{v['b']}: drift at most {cal['max_ratio']:.2f}"
+          f"x the calibration band (step {cal['worst_step']}), allowed "
+          f"{cal['multiple']:g}x; " + ", ".join(
+              f"{k} gap {m['gap']:.2e} vs spread "
+              f"{m['calibration_spread']:.2e}"
+              for k, m in cal["metrics"].items()))
+  curve = report.get("calibration", {}).get("drift_per_step")
+  if curve:
+    lines.append(f"calibration (reference vs reference, rows reordered): "
+                 f"step 1 {curve[0]:.2e}, step {len(curve)} {curve[-1]:.2e}, "
+                 f"largest {max(curve):.2e}")
+  return lines
+
+
+def table(report: dict, strategy_lines: list[str] = ()) -> str:
+  """The whole printed report."""
+  lines = [header(report), *_runs_table(report)]
   for name, why in report.get("skipped_runs", {}).items():
-    lines.append(f"{name:<10} not run: {why}")
-  lines.append("")
-  lines += _history(report)
-  lines += _members(report)
-  for v in report["equivalence"]:
-    lines.append(
-        f"{v['a']:>9} vs {v['b']:<9} {v['at']:<10} {v['verdict']:<7} "
-        f"max_abs={v['max_abs']:.2e} max_rel={v['max_rel']:.2e} "
-        f"max_ulp={v['max_ulp']} (rtol={v['rtol']:g}, "
-        f"atol={v['atol']:g}*max|leaf|)")
-  for v in report["equivalence"]:
-    drift = v.get("drift_per_step")
-    if drift:
-      lines.append(f"drift {v['a']}~{v['b']} (max |params| difference): "
-                   f"step 1 {drift[0]:.2e}, step {len(drift)} {drift[-1]:.2e},"
-                   f" largest {max(drift):.2e}")
-  lines += _memory(report)
+    lines.append(f"{name:<12} not run: {why}")
+  lines += ["", *_history(report), "", *strategy_lines, *verdict_lines(report)]
   ratio = throughput_ratio(report)
   if ratio is not None:
     mark = "ok" if ratio["median"] >= THROUGHPUT_FLOOR else "BELOW TARGET"
@@ -83,72 +139,42 @@ def table(report: dict) -> str:
     lines.append(f"shard_map/pmap examples/s, window by window: median "
                  f"{ratio['median']:.3f}, quartiles {lo:.3f}-{hi:.3f} "
                  f"(target >= {THROUGHPUT_FLOOR}: {mark})")
+  if report.get("diverged_at"):
+    lines.append(f"training diverged at step {report['diverged_at']} in "
+                 f"{', '.join(report['diverged_runs'])} (non-finite loss or "
+                 "parameters)")
   lines.append(f"verdict: {report['verdict']}")
   return "\n".join(lines)
 
 
-_HISTORY_FIELDS = ("train_loss", "train_accuracy", "test_loss",
-                   "test_accuracy", "mean_member_accuracy")
-
-
-def _history(report):
-  """Per-evaluation lines (per epoch for the ensemble), as the HOWTO logs."""
-  lines = []
-  for name, run in report["runs"].items():
-    for epoch, entry in enumerate(run.get("history", []), start=1):
-      fields = ", ".join(f"{k} {_fmt(entry[k], '.4f')}"
-                         for k in _HISTORY_FIELDS if k in entry)
-      lines.append(f"{name:<10} epoch {epoch:>2} (step {entry['step']:>4}): "
-                   f"{fields}")
-  return lines + ([""] if lines else [])
-
-
-def _members(report):
-  """The ensemble's test accuracy beside its mean and best member's."""
-  lines = []
-  for name, run in report["runs"].items():
-    if "ensemble_accuracy" in run:
-      verdict = ("beats" if run["ensemble_accuracy"] >
-                 run["mean_member_accuracy"] else "does NOT beat")
-      lines.append(
-          f"{name:<10} ensemble test accuracy {run['ensemble_accuracy']:.4f} "
-          f"{verdict} the mean member {run['mean_member_accuracy']:.4f} "
-          f"(best member {run['best_member_accuracy']:.4f})")
-  return lines + ([""] if lines else [])
-
-
-def _memory(report):
-  """Accumulation's point: its temp memory against the full-batch steps."""
-  runs = report["runs"]
-  if "accum_steps" not in report or "reference" not in runs:
-    return []
-  temp = lambda name: runs[name]["memory"]["temp_bytes"]
-  lines = []
-  for name in ("pmap", "shard_map", "jit"):
-    if name in runs:
-      same = f"dp_{name}" if f"dp_{name}" in runs else None
-      lines.append(
-          f"temp memory {name} (K={report['accum_steps']}, "
-          f"{runs[name].get('accum_loop')}): {temp(name) / temp('reference'):.2f}"
-          f"x the one-device full batch"
-          + (f", {temp(name) / temp(same):.2f}x the data-parallel step on the"
-             " same devices" if same else ""))
-  return lines
-
-
-def check_writable(path: str) -> None:
-  """Raises OSError now if `path` cannot be written later."""
+def check_writable(path: str, flag: str) -> None:
+  """Raises OSError now, naming `flag`, if `path` cannot be written later."""
   folder = os.path.dirname(os.path.abspath(path))
   if os.path.isdir(path):
-    raise OSError(f"--json {path} is a directory")
+    raise OSError(f"{flag} {path} is a directory")
   if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-    raise OSError(f"--json {path}: cannot write in {folder}")
+    raise OSError(f"{flag} {path}: cannot write in {folder}")
+
+
+def _strict(value):
+  """`value` with non-finite floats as strings: valid JSON, nothing lost."""
+  if isinstance(value, float) and not math.isfinite(value):
+    return str(value)  # "nan", "inf", "-inf"
+  if isinstance(value, dict):
+    return {k: _strict(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_strict(v) for v in value]
+  return value
 
 
 def write_json(report: dict, path: str) -> None:
-  """Writes the report to `path` atomically (temp file, then rename)."""
+  """Writes the report to `path` atomically (temp file, then rename).
+
+  Non-finite numbers (a run that blew up) are written as the strings
+  "nan", "inf" and "-inf", so the file stays valid JSON.
+  """
   folder = os.path.dirname(os.path.abspath(path))
   with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp",
                                    delete=False) as f:
-    json.dump(report, f, indent=1)
+    json.dump(_strict(report), f, indent=1, allow_nan=False)
   os.replace(f.name, path)

@@ -1,10 +1,13 @@
 """Runs every backend of a strategy over the same batches and compares them.
 
 All runs start from the same initial state and train in lockstep on the same
-host batches; after the first step and at the end their host states are
-compared pairwise, and the largest parameter difference of every pair is
-recorded at every step (the drift). Throughput is timed afterwards, interleaved
-across runs (`compare.timing`).
+host batches, beside a calibration run (the reference on the same batches
+with each device's rows in another order: only float rounding changes).
+The largest parameter difference of every pair, and of the reference and
+its calibration, is recorded at every step. Every run is checked for
+non-finite loss and parameters at every step; training stops at the first
+step where one blows up. Throughput is timed afterwards, interleaved across
+runs (`compare.timing`).
 """
 
 import dataclasses
@@ -18,11 +21,12 @@ import tqdm
 from compare import equivalence
 from compare import hlo
 from compare import timing
-from compare import tolerances
-from compare.strategies import StrategySpec
+from compare import verdicts
 from workloads import batches
+from workloads import digest
 
 _TIMING_BATCHES = 4
+CALIBRATION = "calibration"
 
 
 @dataclasses.dataclass
@@ -32,6 +36,8 @@ class Run:
   name: str
   module: object
   variant: str
+  calls: int = 1
+  permute: bool = False
   placement: object = None
   state: object = None
   step: object = None
@@ -41,28 +47,58 @@ class Run:
   losses: list = dataclasses.field(default_factory=list)
   since_eval: list = dataclasses.field(default_factory=list)
   first_step: object = None
+  host: object = None
   history: list = dataclasses.field(default_factory=list)
   summary: dict = dataclasses.field(default_factory=dict)
 
 
-def _compile(run, batch):
-  """Lowers and compiles the step; falls back to the plain callable.
+def optimizer_step(step, calls):
+  """`step` called `calls` times on the same batch: one optimiser step.
 
-  A module whose step is not one program (a sequential per-member reference)
-  has no `.lower`; its compile time is then that of the first call.
+  Under optax.MultiSteps each call takes one microbatch and every K-th
+  updates the params; the loss is the mean over the calls. On CPU each call
+  is waited for (`timing.max_in_flight`).
+  """
+  if calls == 1:
+    return step
+
+  def whole_step(state, batch):
+    losses = []
+    for _ in range(calls):
+      state, metrics = step(state, batch)
+      losses.append(metrics["loss"])
+      if timing.max_in_flight() == 1:
+        jax.block_until_ready(state)
+    return state, {"loss": sum(losses[1:], losses[0]) / calls}
+
+  return whole_step
+
+
+def _compile(run, batch):
+  """Compiles the step ahead of time where it is one program.
+
+  A step that is not one program (a sequential per-member reference, a
+  planted mistake) has no `.lower`; its compile time is its first call's.
   """
   start = time.perf_counter()
-  if hasattr(run.step, "lower"):
-    compiled = run.step.lower(run.state, batch).compile()
+  step = run.step
+  if hasattr(step, "lower"):
+    step = step.lower(run.state, batch).compile()
     run.compile_s = time.perf_counter() - start
-    run.compiled = hlo.describe(compiled)
-    # A step made of several calls (optax.MultiSteps: K per optimiser step)
-    # runs its collectives that many times per step.
-    calls = getattr(compiled, "calls_per_step", 1)
+    run.compiled = hlo.describe(step)
     run.compiled["collectives_per_step"] = {
-        k: v * calls for k, v in run.compiled["collectives"].items()}
-    return compiled
-  return run.step
+        k: v * run.calls for k, v in run.compiled["collectives"].items()}
+  return optimizer_step(step, run.calls)
+
+
+def permuted(host_batch, parts, step):
+  """The batch with each of its `parts` contiguous slices' rows shuffled."""
+  n = len(next(iter(host_batch.values())))
+  rng = np.random.default_rng(step)
+  size = n // parts
+  order = np.concatenate([start + rng.permutation(size)
+                          for start in range(0, n, size)])
+  return {k: v[order] for k, v in host_batch.items()}
 
 
 def _train_metrics(run, metrics):
@@ -72,91 +108,98 @@ def _train_metrics(run, metrics):
           if k in host and np.ndim(host[k]) == 0}
 
 
-def _epoch_means(step_metrics):
-  """Train metrics averaged since the last evaluation, as the HOWTO logs."""
-  return {f"train_{k}": float(np.mean([m[k] for m in step_metrics]))
-          for k in step_metrics[0]}
-
-
-def _evaluate(spec, run, config, test_batch):
+def _evaluate(strategy, run, config, test_batch):
   sums = run.module.metrics_to_host(
       run.evaluate(run.state, run.module.put_batch(test_batch, run.placement)))
-  return spec.summarize(sums, config)
+  return strategy.summarize(sums, config)
 
 
-def _setup(spec, config, n_devices):
-  active = (spec.active_runs(config, n_devices) if spec.active_runs
-            else tuple(r.name for r in spec.runs))
-  runs = []
-  for run_spec in spec.runs:
-    if run_spec.name not in active:
-      continue
-    run = Run(run_spec.name, run_spec.module, run_spec.variant)
+def _runs(strategy, config, n_devices, control):
+  active = strategy.active_runs(config, n_devices)
+  runs = [Run(spec.name, spec.module, spec.variant,
+              calls=strategy.calls_per_step(config, spec.name))
+          for spec in strategy.runs if spec.name in active]
+  if control is not None:
+    for run in runs:
+      if run.name in strategy.port_runs:
+        run.module = control.plant(run.module, run.name)
+  reference = next(r for r in runs if r.name == "reference")
+  runs.append(Run(CALIBRATION, reference.module, reference.variant,
+                  permute=True))
+  return runs
+
+
+def _setup(strategy, config, n_devices, control):
+  runs = _runs(strategy, config, n_devices, control)
+  for run in runs:
     run.placement = run.module.make_placement(n_devices)
     run.state = run.module.create_state(config.seed, config, run.placement)
     run.step = run.module.make_train_step(config, run.placement, run.variant)
     run.evaluate = run.module.make_evaluate(config, run.placement)
-    runs.append(run)
   return runs
 
 
-def _pairs(spec, runs):
+def _step(run, host_batch, i, n_devices):
+  """One optimiser step of `run`; returns whether it stayed finite."""
+  if run.permute:
+    host_batch = permuted(host_batch, n_devices, i)
+  batch = run.module.put_batch(host_batch, run.placement)
+  if i == 0:
+    run.step = _compile(run, batch)
+  run.state, metrics = run.step(run.state, batch)
+  run.since_eval.append(_train_metrics(run, metrics))
+  run.losses.append(run.since_eval[-1]["loss"])
+  run.host = run.module.to_host(run.state)
+  if i == 0:
+    run.first_step = run.host
+  return np.isfinite(run.losses[-1]) and equivalence.all_finite(run.host)
+
+
+def _record_history(strategy, run, config, test_batch, step):
+  means = {f"train_{k}": float(np.mean([m[k] for m in run.since_eval]))
+           for k in run.since_eval[0]}
+  run.history.append({"step": step, **means,
+                      **_evaluate(strategy, run, config, test_batch)})
+  run.since_eval = []
+
+
+def train(strategy, config, data, n_devices: int, progress: bool = False,
+          control=None):
+  """Trains every active run in lockstep.
+
+  Returns:
+    `(runs, drift, diverged)`: the runs (calibration last), the per-step
+    params difference of every pair (and of `reference~calibration`), and
+    `{run name: step}` for the runs that blew up.
+  """
+  runs = _setup(strategy, config, n_devices, control)
   names = {run.name for run in runs}
-  return [(a, b) for a, b in spec.pairs if a in names and b in names]
-
-
-def train(spec: StrategySpec, config, data, n_devices: int,
-          progress: bool = False):
-  """Trains every active run in lockstep; returns the runs and the drift."""
-  runs = _setup(spec, config, n_devices)
-  pairs = _pairs(spec, runs)
+  pairs = [(a, b) for a, b in strategy.pairs if a in names and b in names]
+  tracked = pairs + [("reference", CALIBRATION)]
   test_batch = batches.test_batch(data, n_devices)
-  every = spec.eval_every(config, len(data.train_inputs)) if spec.eval_every else None
-  drift = {f"{a}~{b}": [] for a, b in pairs}
+  every = strategy.eval_every(config, len(data.train_inputs))
+  drift = {f"{a}~{b}": [] for a, b in tracked}
+  diverged = {}
   order = batches.train_batches(data, config.seed, config.global_batch,
                                 config.steps)
   for i, host_batch in enumerate(tqdm.tqdm(
-      order, total=config.steps, desc=spec.name, file=sys.stderr,
+      order, total=config.steps, desc=strategy.name, file=sys.stderr,
       disable=not progress)):
-    hosts = {}
     for run in runs:
-      batch = run.module.put_batch(host_batch, run.placement)
-      if i == 0:
-        run.step = _compile(run, batch)
-      run.state, metrics = run.step(run.state, batch)
-      run.since_eval.append(_train_metrics(run, metrics))
-      run.losses.append(run.since_eval[-1]["loss"])
-      hosts[run.name] = run.module.to_host(run.state)
-      if i == 0:
-        run.first_step = hosts[run.name]
-      if every and (i + 1) % every == 0:
-        run.history.append({"step": i + 1, **_epoch_means(run.since_eval),
-                            **_evaluate(spec, run, config, test_batch)})
-        run.since_eval = []
-    for a, b in pairs:
+      if not _step(run, host_batch, i, n_devices):
+        diverged[run.name] = i + 1
+      elif (i + 1) % every == 0 or i + 1 == config.steps:
+        _record_history(strategy, run, config, test_batch, i + 1)
+    by_name = {run.name: run for run in runs}
+    for a, b in tracked:
       drift[f"{a}~{b}"].append(equivalence.max_abs_difference(
-          hosts[a]["params"], hosts[b]["params"]))
-  finals = {run.name: hosts[run.name] for run in runs}
+          by_name[a].host["params"], by_name[b].host["params"]))
+    if diverged:
+      break
   for run in runs:
-    run.summary = _evaluate(spec, run, config, test_batch)
-  return runs, finals, drift, pairs
-
-
-def check(spec, runs, finals, drift, pairs):
-  """Pairwise verdicts after the first step and at the end."""
-  by_name = {run.name: run for run in runs}
-  results = []
-  for at in ("first_step", "final"):
-    tol = tolerances.get(spec.name, at)
-    for a, b in pairs:
-      sides = ((by_name[a].first_step, by_name[b].first_step)
-               if at == "first_step" else (finals[a], finals[b]))
-      result = {"a": a, "b": b, "at": at,
-                **equivalence.compare_trees(*sides, tol)}
-      if at == "final":
-        result["drift_per_step"] = drift[f"{a}~{b}"]
-      results.append(result)
-  return results
+    run.summary = (run.history[-1] if run.history and not diverged else
+                   _evaluate(strategy, run, config, test_batch))
+  return runs, pairs, drift, diverged
 
 
 def measure_throughput(runs, config, data, windows: int):
@@ -174,29 +217,48 @@ def measure_throughput(runs, config, data, windows: int):
   return timing.throughput(timed, config.global_batch, windows=windows)
 
 
-def compare(spec: StrategySpec, config, data, n_devices: int,
-            windows: int = 20, progress: bool = False) -> dict:
+def _run_report(strategy, config, run, speed):
+  summary = {k: v for k, v in run.summary.items()
+             if k not in ("step", "train_loss", "train_accuracy")}
+  return {"variant": run.variant, **speed, "compile_s": run.compile_s,
+          "final_loss": run.losses[-1], **summary, "losses": run.losses,
+          **run.compiled, "history": run.history,
+          "state_digest": digest.state_digest(run.host),
+          **strategy.run_fields(config, run.name)}
+
+
+def compare(strategy, config, data, n_devices: int, windows: int = 20,
+            progress: bool = False, control=None) -> dict:
   """Trains, checks and times every run; returns the report's fields."""
-  runs, finals, drift, pairs = train(spec, config, data, n_devices,
-                                        progress)
-  verdicts = check(spec, runs, finals, drift, pairs)
-  speeds = measure_throughput(runs, config, data, windows)
-  report_runs = {}
-  for run in runs:
-    report_runs[run.name] = {
-        "variant": run.variant,
-        **speeds[run.name],
-        "compile_s": run.compile_s,
-        "final_loss": run.losses[-1],
-        **run.summary,
-        "losses": run.losses,
-        **run.compiled,
-        **({"history": run.history} if run.history else {}),
-        **(spec.run_fields(config, run.name) if spec.run_fields else {}),
-    }
-  skipped = {r.name: spec.why_skipped(config, n_devices)
-             for r in spec.runs
-             if r.name not in report_runs and spec.why_skipped}
-  return {"runs": report_runs, "skipped_runs": skipped, "equivalence": verdicts,
-          "verdict": ("fail" if any(v["verdict"] == equivalence.DIFFER
-                                    for v in verdicts) else "pass")}
+  runs, pairs, drift, diverged = train(strategy, config, data, n_devices,
+                                       progress, control)
+  calibration, runs = runs[-1], runs[:-1]
+  by_name = {run.name: run for run in runs}
+  calibration_report = {
+      "perturbation": "the reference's batch rows shuffled within each "
+                      "device's slice (summation order only)",
+      "drift_per_step": drift.pop(f"reference~{CALIBRATION}"),
+      "summary": {k: calibration.summary.get(k)
+                  for k in ("test_loss", "test_accuracy")},
+      "state_digest": digest.state_digest(calibration.host)}
+  results = verdicts.first_step(
+      strategy, pairs, {r.name: r.first_step for r in runs})
+  results += verdicts.final(
+      strategy, pairs, {r.name: r.host for r in runs}, drift,
+      None if diverged else calibration_report,
+      {r.name: r.summary for r in runs},
+      len(batches.test_batch(data, n_devices)["targets"]))
+  speeds = ({run.name: timing.not_timed() for run in runs} if diverged
+            else measure_throughput(runs, config, data, windows))
+  report = {
+      "runs": {run.name: _run_report(strategy, config, run, speeds[run.name])
+               for run in runs},
+      "calibration": calibration_report,
+      "skipped_runs": {r.name: strategy.why_skipped(config, n_devices)
+                       for r in strategy.runs if r.name not in by_name},
+      "equivalence": results,
+      "verdict": verdicts.overall(results, diverged)}
+  if diverged:
+    report["diverged_at"] = min(diverged.values())
+    report["diverged_runs"] = sorted(diverged)
+  return report

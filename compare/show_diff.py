@@ -2,13 +2,15 @@
 
 `python -m compare --show-diff data_parallel` prints `program_diff`. The
 backends mirror each other file for file and function for function, so the
-diff shows only the parallelism lines.
+diff shows only the parallelism lines. The programs are the registered
+strategies' (`compare.strategies.STRATEGIES`).
 """
 
 import difflib
 import pathlib
 
-PROGRAMS = ("ensemble", "data_parallel", "accumulation")
+from compare import strategies
+
 BACKENDS = ("legacy_pmap", "sharded")
 # The backends are installed (or checked out) beside `compare/`.
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -18,12 +20,17 @@ class ProgramError(ValueError):
   """An unknown program, or one whose module a backend does not have yet."""
 
 
+def programs() -> tuple[str, ...]:
+  """Every registered strategy's program, in registry order, once each."""
+  return tuple(dict.fromkeys(s.program for s in strategies.STRATEGIES.values()))
+
+
 def program_paths(program: str, root: pathlib.Path = ROOT) -> tuple[
     pathlib.Path, pathlib.Path]:
   """The legacy and the sharded module of `program`, both checked to exist."""
-  if program not in PROGRAMS:
+  if program not in programs():
     raise ProgramError(f"unknown program {program!r}; choose one of "
-                       f"{', '.join(PROGRAMS)}")
+                       f"{', '.join(programs())}")
   paths = tuple(root / backend / f"{program}.py" for backend in BACKENDS)
   for path in paths:
     if not path.is_file():
@@ -35,7 +42,7 @@ def program_diff(program: str, root: pathlib.Path = ROOT) -> str:
   """The unified diff from `legacy_pmap/<program>.py` to `sharded/<program>.py`.
 
   Args:
-    program: `ensemble`, `data_parallel` or `accumulation`.
+    program: a registered strategy's program, e.g. `data_parallel`.
     root: the directory holding both backends (the repo by default).
 
   Returns:

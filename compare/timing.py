@@ -82,3 +82,9 @@ def throughput(runs: Sequence[Timed], examples_per_step: int, windows: int = 20,
                  "steps_per_window": steps, "windows": windows,
                  "window_examples_per_s": r}
           for name, r in rates.items()}
+
+
+def not_timed() -> dict:
+  """The throughput fields of a run that was not timed (it blew up)."""
+  return {"examples_per_s": None, "examples_per_s_spread": [None, None],
+          "steps_per_window": 0, "windows": 0, "window_examples_per_s": []}

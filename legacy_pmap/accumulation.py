@@ -28,10 +28,12 @@ def create_state(seed, config, placement):
   return devices.replicate(microbatches.init_state(seed, config), placement)
 
 
-
 # region: accum-train-step
 def make_train_step(config, placement, variant="pmap"):
   """The compiled step `(state, batch) -> (state, {"loss"})`.
+
+  Under `multisteps` one call takes one microbatch of `batch` and every K-th
+  call updates the params (`microbatches.calls_per_step`).
 
   Raises:
     batches.MicrobatchError: the global batch does not split into devices x
@@ -42,7 +44,8 @@ def make_train_step(config, placement, variant="pmap"):
   n_shards = len(placement)
   k = config.accum_steps
   batches.microbatch_size(config.global_batch, n_shards, k)
-  loop = microbatches.resolve_loop(config.accum_loop, placement[0].platform)
+  microbatches.check_loop(config.accum_loop)
+  loop = config.accum_loop
 
   def microbatch_grad(shards):
     # A microbatch is 1/K of a shard, so its loss is normalised as shards/K
@@ -64,9 +67,8 @@ def make_train_step(config, placement, variant="pmap"):
 
   step = jax.pmap(train_step, axis_name=devices.AXIS, devices=placement,
                   donate_argnums=0)
-  return microbatches.per_optimizer_step(step, loop, k)
+  return step
 # endregion
-
 
 
 def to_host(state):

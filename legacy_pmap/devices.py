@@ -56,15 +56,14 @@ def ensemble_placement(n_devices: int) -> list[jax.Device]:
   return placement(n_devices)
 
 
-def members_per_device(members: int, where) -> int:
-  """How many members each device holds: pmap maps exactly one per device."""
+def check_members(members: int, where) -> None:
+  """Raises EnsembleSizeError unless there is one member per device."""
   if members != len(where):
     raise EnsembleSizeError(
         f"the pmap ensemble runs exactly one member per device: asked for "
         f"{members} members on {len(where)} devices (use --members "
         f"{len(where)}, or the sharded port, which takes any multiple of the "
         "device count)")
-  return 1
 
 
 def fetch_members(tree):

@@ -18,7 +18,7 @@ make_placement = devices.ensemble_placement
 
 def create_state(seed, config, placement):
   """The members' initial train states, one per device, each its own key."""
-  devices.members_per_device(config.members, placement)
+  devices.check_members(config.members, placement)
   # The axis name is unused inside, but it names the mesh of the arrays
   # pmap returns: without it their sharding differs from what the train
   # step returns, and the jitted step compiles a second time on step two.
@@ -44,7 +44,7 @@ def make_train_step(config, placement, variant="pmap"):
   training accuracy (`accuracy`), which is what the classic program reports.
   """
   assert variant in VARIANTS, variant
-  devices.members_per_device(config.members, placement)
+  devices.check_members(config.members, placement)
 
   def apply_model(state, batch):
     (loss, logits), grads = jax.value_and_grad(ensemble.loss_fn, has_aux=True)(

@@ -31,10 +31,12 @@ def create_state(seed, config, placement):
   return devices.replicate(microbatches.init_state(seed, config), placement)
 
 
-
 # region: accum-train-step
 def make_train_step(config, placement, variant="shard_map"):
   """The compiled step `(state, batch) -> (state, {"loss"})`.
+
+  Under `multisteps` one call takes one microbatch of `batch` and every K-th
+  call updates the params (`microbatches.calls_per_step`).
 
   Raises:
     batches.MicrobatchError: the global batch does not split into devices x
@@ -45,8 +47,8 @@ def make_train_step(config, placement, variant="shard_map"):
   n_shards = placement.shape[devices.AXIS]
   k = config.accum_steps
   batches.microbatch_size(config.global_batch, n_shards, k)
-  loop = microbatches.resolve_loop(config.accum_loop,
-                                   placement.devices.flat[0].platform)
+  microbatches.check_loop(config.accum_loop)
+  loop = config.accum_loop
 
   def microbatch_grad(shards):
     # A microbatch is 1/K of a shard, so its loss is normalised as shards/K
@@ -80,7 +82,7 @@ def make_train_step(config, placement, variant="shard_map"):
   if variant == "jit":
     step = jax.jit(global_train_step, out_shardings=replicated,
                    donate_argnums=0)
-    return microbatches.per_optimizer_step(step, loop, k)
+    return step
   # check_vma=False gives `grad` the per-device gradient, as under pmap, so
   # the one pmean above is right. With check_vma=True the gradient of a P()
   # input is already summed over the axis and that pmean makes it N times
@@ -89,9 +91,8 @@ def make_train_step(config, placement, variant="shard_map"):
                        in_specs=(P(), P(devices.AXIS)), out_specs=P(),
                        check_vma=False)
   step = jax.jit(step, donate_argnums=0)
-  return microbatches.per_optimizer_step(step, loop, k)
+  return step
 # endregion
-
 
 
 def to_host(state):

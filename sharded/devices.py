@@ -60,14 +60,13 @@ def ensemble_placement(n_devices: int) -> jax.sharding.Mesh:
                            axis_types=(AxisType.Auto,))
 
 
-def members_per_device(members: int, where) -> int:
-  """How many members each device holds: any whole number, run in turn."""
+def check_members(members: int, where) -> None:
+  """Raises EnsembleSizeError unless each device holds as many members."""
   n_devices = where.shape[ENSEMBLE_AXIS]
   if members < 1 or members % n_devices:
     raise EnsembleSizeError(
         f"the sharded ensemble needs a positive multiple of the device count "
         f"({n_devices}) members, got {members}")
-  return members // n_devices
 
 
 def fetch_members(tree):

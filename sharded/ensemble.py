@@ -53,7 +53,7 @@ def _each_member(fn, members, *shared, vmapped=False):
 
 def create_state(seed, config, placement):
   """The members' initial train states, stacked, each from its own key."""
-  devices.members_per_device(config.members, placement)
+  devices.check_members(config.members, placement)
   create_train_state = _create_train_state(placement)
   return create_train_state(ensemble.member_keys(seed, config.members),
                             config.learning_rate, config.momentum,
@@ -92,7 +92,7 @@ def make_train_step(config, placement, variant="shard_map"):
   training accuracy (`accuracy`), which is what the classic program reports.
   """
   assert variant in VARIANTS, variant
-  devices.members_per_device(config.members, placement)
+  devices.check_members(config.members, placement)
   vmapped = config.member_loop == "vmap"
 
   def apply_model(state, batch):

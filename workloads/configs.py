@@ -19,7 +19,6 @@ class TrainConfig:
     learning_rate: optimiser step size.
     momentum: SGD momentum (0 for plain SGD).
     seed: seeds the initial parameters and the batch order.
-    data_dir: tensorflow-datasets data directory, or None for its default.
     input_shape: one example's input shape (filled in from the dataset).
   """
 
@@ -30,7 +29,6 @@ class TrainConfig:
   learning_rate: float = 0.002
   momentum: float = 0.9
   seed: int = 0
-  data_dir: str | None = None
   input_shape: tuple[int, ...] = (8, 8, 1)
 
 

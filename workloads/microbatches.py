@@ -15,28 +15,38 @@ from workloads import registry
 
 LOOPS = ("scan", "scan_unroll", "fori", "python", "multisteps")
 
-# What `auto` picks, from the measurements in docs/accumulation-notes.md.
-# XLA:CPU runs the conv backward inside a rolled loop (scan, fori) on a slow
-# path, 3-6x slower than unrolled code, so CPU unrolls; it then schedules the
-# K microbatches side by side, which saves little memory: pass `scan` where
-# memory is the point. Accelerators keep the rolled scan, the classic advice
-# (not measured here): one copy of the step in the program whatever K, and
-# one microbatch's activations live at a time.
-AUTO = {"cpu": "scan_unroll", "gpu": "scan", "tpu": "scan"}
-
 
 class AccumulationError(ValueError):
   """An unknown loop, or a loop the workload cannot take."""
 
 
-def resolve_loop(loop: str, platform: str) -> str:
-  """`loop`, with `auto` replaced by the choice for `platform`."""
-  if loop == "auto":
-    return AUTO.get(platform, "scan")
+def check_loop(loop: str) -> None:
+  """Raises AccumulationError unless `loop` is one of `LOOPS`.
+
+  `auto` is not a loop: whoever knows the platform resolves it first
+  (`compare.strategies.accumulation.resolve_loop`).
+  """
   if loop not in LOOPS:
     raise AccumulationError(f"unknown accum loop {loop!r}; choose one of "
                             f"auto, {', '.join(LOOPS)}")
-  return loop
+
+
+def check_workload(config) -> None:
+  """Raises AccumulationError for `multisteps` on a workload without optax."""
+  if (config.accum_loop == "multisteps"
+      and not registry.get(config.workload).optax_optimizer):
+    raise AccumulationError(f"accum loop multisteps needs an optax optimiser; "
+                            f"workload {config.workload} has none")
+
+
+def calls_per_step(config) -> int:
+  """Calls of the step that make one optimiser step: K under multisteps.
+
+  Under `multisteps` the step takes one microbatch per call and
+  optax.MultiSteps updates the params on every K-th call, all on the same
+  batch; every other loop makes a whole optimiser step per call.
+  """
+  return config.accum_steps if config.accum_loop == "multisteps" else 1
 
 
 def split(batch, accum_steps, shards=1):
@@ -98,17 +108,11 @@ def mean_grads(value_and_grad, state, microbatches_K, loop):
 
 
 def init_state(seed, config):
-  """The workload's initial state; under `multisteps` its optimiser wrapped.
-
-  Raises:
-    AccumulationError: `multisteps` on a workload without an optax optimiser.
-  """
+  """The workload's initial state; under `multisteps` its optimiser wrapped."""
+  check_workload(config)
   state = registry.init_state(seed, config)
   if config.accum_loop != "multisteps":
     return state
-  if not hasattr(state, "tx"):
-    raise AccumulationError(f"accum loop multisteps needs an optax optimiser; "
-                            f"workload {config.workload} has none")
   tx = optax.MultiSteps(state.tx, every_k_schedule=config.accum_steps)
   tx = tx.gradient_transformation()
   return state.replace(tx=tx, opt_state=tx.init(state.params))
@@ -123,68 +127,3 @@ def canonical_opt_state(opt_state):
   if isinstance(opt_state, optax.MultiStepsState):
     return opt_state.inner_opt_state
   return opt_state
-
-
-class OptimizerStep:
-  """One optimiser step made of K calls of a one-microbatch step.
-
-  Under `multisteps` the compiled step takes one microbatch per call and
-  optax.MultiSteps updates the params on every K-th call. This object calls
-  it K times, so that it reads like any other `(state, batch) -> (state,
-  metrics)` step; its loss is the mean over the calls. `lower(...)
-  .compile()` gives another `OptimizerStep` around the compiled call, so
-  that code which swaps a step for its compiled form still makes whole
-  optimiser steps.
-
-  Attributes:
-    micro_step: the one-microbatch step (jitted, or compiled).
-    calls_per_step: K, the calls that make one optimiser step. Anything else
-      (`as_text`, `memory_analysis`) is `micro_step`'s: the HLO and memory
-      of one call, so collectives per optimiser step are K times its count.
-  """
-
-  def __init__(self, micro_step, calls_per_step):
-    self.micro_step = micro_step
-    self.calls_per_step = calls_per_step
-
-  def __call__(self, state, batch):
-    losses = []
-    for _ in range(self.calls_per_step):
-      state, metrics = self.micro_step(state, batch)
-      losses.append(metrics["loss"])
-      if jax.devices()[0].platform == "cpu":
-        # Queued steps holding collectives can deadlock the emulated CPU
-        # devices' rendezvous (compare/timing.py): one call at a time.
-        jax.block_until_ready(state)
-    return state, {"loss": sum(losses[1:], losses[0]) / len(losses)}
-
-  def lower(self, *args, **kwargs):
-    return _LoweredOptimizerStep(self.micro_step.lower(*args, **kwargs),
-                                 self.calls_per_step)
-
-  def __getattr__(self, name):
-    if name == "micro_step":  # not set yet: no recursion
-      raise AttributeError(name)
-    return getattr(self.micro_step, name)
-
-
-class _LoweredOptimizerStep:
-  """A lowered one-microbatch step whose `compile()` is an `OptimizerStep`."""
-
-  def __init__(self, lowered, calls_per_step):
-    self.lowered = lowered
-    self.calls_per_step = calls_per_step
-
-  def compile(self, *args, **kwargs):
-    return OptimizerStep(self.lowered.compile(*args, **kwargs),
-                         self.calls_per_step)
-
-  def __getattr__(self, name):
-    if name == "lowered":
-      raise AttributeError(name)
-    return getattr(self.lowered, name)
-
-
-def per_optimizer_step(step, loop, accum_steps):
-  """`step` as one optimiser step: wrapped in `OptimizerStep` if multisteps."""
-  return OptimizerStep(step, accum_steps) if loop == "multisteps" else step

@@ -2,6 +2,7 @@
 
 import jax
 
+from compare.reference import OneDevice
 from workloads import registry
 
 VARIANTS = ("reference",)
@@ -9,16 +10,16 @@ VARIANTS = ("reference",)
 
 def make_placement(n_devices):
   """The first device; `n_devices` is the device count being emulated."""
-  return {"device": jax.local_devices()[0], "shards": n_devices}
+  return OneDevice(jax.local_devices()[0], n_devices)
 
 
 def create_state(seed, config, placement):
   return jax.device_put(registry.init_state(seed, config),
-                        placement["device"])
+                        placement.device)
 
 
 def put_batch(batch, placement):
-  return jax.device_put(batch, placement["device"])
+  return jax.device_put(batch, placement.device)
 
 
 def make_train_step(config, placement, variant="reference"):
@@ -28,7 +29,7 @@ def make_train_step(config, placement, variant="reference"):
 
   def train_step(state, batch):
     loss, grads = jax.value_and_grad(workload.loss)(
-        state.params, batch, placement["shards"])
+        state.params, batch, placement.loss_divisor)
     return state.apply_gradients(grads=grads), {"loss": loss}
 
   return jax.jit(train_step, donate_argnums=0)

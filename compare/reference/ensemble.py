@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
+from compare.reference import OneDevice
 from workloads import ensemble
 
 VARIANTS = ("reference",)
@@ -19,8 +20,7 @@ VARIANTS = ("reference",)
 
 def make_placement(n_devices):
   """The first device; the device count being emulated does not matter."""
-  del n_devices
-  return {"device": jax.local_devices()[0]}
+  return OneDevice(jax.local_devices()[0], n_devices)
 
 
 def create_state(seed, config, placement):
@@ -28,13 +28,13 @@ def create_state(seed, config, placement):
   create_train_state = jax.jit(ensemble.create_train_state,
                                static_argnums=(1, 2, 3))
   keys = jax.device_put(ensemble.member_keys(seed, config.members),
-                        placement["device"])
+                        placement.device)
   return tuple(create_train_state(key, config.learning_rate, config.momentum,
                                   config.input_shape) for key in keys)
 
 
 def put_batch(batch, placement):
-  return jax.device_put(batch, placement["device"])
+  return jax.device_put(batch, placement.device)
 
 
 def make_train_step(config, placement, variant="reference"):

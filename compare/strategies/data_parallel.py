@@ -1,51 +1,51 @@
 """data_parallel: pmap, shard_map and jit against the single-device reference."""
 
-import dataclasses
-
+from compare import negative_controls as controls
 from compare.reference import data_parallel as reference
-from compare.strategies import RunSpec
-from compare.strategies import StrategySpec
-from compare.strategies import summarize_sums
+from compare.strategies.base import NegativeControl
+from compare.strategies.base import Run
+from compare.strategies.base import Strategy
+from compare.tolerances import Tolerance
 from legacy_pmap import data_parallel as legacy
 from sharded import data_parallel as port
-from workloads import batches
-from workloads import configs
-from workloads import registry
 
+FIRST_STEP = Tolerance(rtol=1e-5, atol=1e-5, reason=(
+    "After one step the runs differ only in summation order: 8 sums of 32 "
+    "then a mean, against one sum of 256. Measured over seeds 0-3 on 2 and "
+    "8 devices: at most 9.3e-7 of max|leaf|. 1e-5 leaves 10x headroom and is "
+    "1000x below the error of a 1% learning-rate change (1e-2 of max|leaf|, "
+    "in the zero-initialised biases); the gradient trap is far beyond."))
+FINAL = Tolerance(rtol=1e-3, atol=1e-3, reason=(
+    "Shown, not judged: rounding differences grow chaotically through ReLU "
+    "flips and momentum (2e-1 of max|leaf| after 200 steps), so the final "
+    "state of a pair that is not bitwise is judged against the calibration "
+    "curve measured in the same run, and this tolerance only labels it."))
 
-def make_config(options, data):
-  """A `TrainConfig` from CLI options over the workload's defaults.
-
-  Raises:
-    batches.BatchError: when the global batch does not divide over the
-      devices.
-  """
-  workload = registry.get(options["workload"])
-  fields = {f.name for f in dataclasses.fields(configs.TrainConfig)}
-  given = {k: v for k, v in options.items() if k in fields and v is not None}
-  config = configs.TrainConfig(
-      **{**workload.defaults, **given, "dataset": data.name,
-         "input_shape": tuple(data.train_inputs.shape[1:])})
-  if config.global_batch % options["devices"]:
-    raise batches.BatchError(
-        f"batch size {config.global_batch} does not divide over "
-        f"{options['devices']} devices")
-  return config
-
-
-def summarize(sums, config):
-  """Test loss, and accuracy where the workload classifies."""
-  return summarize_sums(sums, registry.get(config.workload).classifies)
-
-
-SPEC = StrategySpec(
-    name="data_parallel",
-    runs=(RunSpec("pmap", legacy, "pmap"),
-          RunSpec("shard_map", port, "shard_map"),
-          RunSpec("jit", port, "jit"),
-          RunSpec("reference", reference, "reference")),
-    pairs=(("pmap", "shard_map"), ("pmap", "reference"),
-           ("shard_map", "reference"), ("jit", "reference")),
-    make_config=make_config,
-    summarize=summarize,
+COMMON_CONTROLS = (
+    NegativeControl("gradient-trap", "shard_map with check_vma=True and a "
+                    "pmean of the gradients (N x the gradient)",
+                    controls.gradient_trap),
+    NegativeControl("lr-1pct", "the port's learning rate x 1.01",
+                    controls.learning_rate_1pct),
+    NegativeControl("no-pmean", "each device keeps its own gradient",
+                    controls.no_pmean),
 )
+
+
+class DataParallel(Strategy):
+  """The classic data-parallel program: replicated state, split batch."""
+
+  name = "data_parallel"
+  program = "data_parallel"
+  # Defaults that train: 95%+ test accuracy on digits in well under 90 s
+  # (docs/verdict-notes.md). The loss is the classic one (summed per
+  # device, averaged over devices), SGD with momentum.
+  defaults = {"steps": 200, "global_batch": 128, "learning_rate": 0.004}
+  runs = (Run("pmap", legacy, "pmap"),
+          Run("shard_map", port, "shard_map"),
+          Run("jit", port, "jit"),
+          Run("reference", reference, "reference"))
+  pairs = (("pmap", "shard_map"), ("pmap", "reference"),
+           ("shard_map", "reference"), ("jit", "reference"))
+  tolerances = {"first_step": FIRST_STEP, "final": FINAL}
+  negative_controls = COMMON_CONTROLS

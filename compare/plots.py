@@ -1,0 +1,73 @@
+"""`--plot PATH`: learning curves, and the drift against the calibration band."""
+
+import os
+
+import numpy as np
+
+
+def _curves(axes, report, members):
+  loss, accuracy = axes
+  for index, (name, run) in enumerate(report["runs"].items()):
+    color = f"C{index}"
+    loss.plot(np.arange(1, len(run["losses"]) + 1), run["losses"],
+              color=color, label=name, linewidth=1)
+    history = run.get("history", [])
+    steps = [entry["step"] for entry in history]
+    accuracy.plot(steps, [entry.get("test_accuracy") for entry in history],
+                  "o-", color=color, label=name, markersize=3)
+    if members and history and "member_accuracy" in history[0]:
+      member_curves = np.array([entry["member_accuracy"] for entry in history])
+      accuracy.plot(steps, member_curves, color=color, alpha=0.25,
+                    linewidth=0.8)
+  loss.set(xlabel="step", ylabel="train loss", yscale="log",
+           title="training loss")
+  accuracy.set(xlabel="step", ylabel="test accuracy",
+               title="test accuracy" + (" (thin: members)" if members else ""))
+  loss.legend()
+
+
+def _drift(axis, report):
+  calibration = report.get("calibration", {}).get("drift_per_step", [])
+  steps = np.arange(1, len(calibration) + 1)
+  for v in report["equivalence"]:
+    if v["at"] == "final" and v["verdict"] != "bitwise":
+      drift = np.maximum(v["drift_per_step"], 1e-12)
+      axis.plot(np.arange(1, len(drift) + 1), drift,
+                label=f"{v['a']} vs {v['b']}")
+  if calibration:
+    multiple = next((v["calibration"]["multiple"] for v in report["equivalence"]
+                     if v.get("calibration")), 1.0)
+    envelope = np.maximum.accumulate(np.maximum(calibration, 1e-12))
+    axis.fill_between(steps, 1e-12, multiple * envelope, color="grey",
+                      alpha=0.25, label=f"calibration band x{multiple:g}")
+    axis.plot(steps, np.maximum(calibration, 1e-12), "k:", linewidth=1,
+              label="calibration")
+  axis.set(xlabel="step", ylabel="max |params| difference", yscale="log",
+           title="drift against the reference")
+  axis.legend(fontsize="small")
+
+
+def learning_curves(report: dict, path: str, members: bool = False) -> None:
+  """Writes loss, test accuracy and drift panels as a PNG, atomically.
+
+  Args:
+    report: the report dict of `python -m compare`.
+    path: where the PNG goes.
+    members: draw every ensemble member's test accuracy too.
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  figure, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+  _curves(axes[:2], report, members)
+  _drift(axes[2], report)
+  figure.suptitle(f"{report['strategy']} / {report['workload']} on "
+                  f"{report['dataset']}, {report['devices']} "
+                  f"{report['platform']} devices: verdict {report['verdict']}")
+  figure.tight_layout()
+  # Written beside the target and renamed, so a failure leaves no half PNG.
+  partial = f"{path}.partial.png"
+  figure.savefig(partial, dpi=100)
+  plt.close(figure)
+  os.replace(partial, path)
