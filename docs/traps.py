@@ -3,16 +3,19 @@
 Every function returns an `Outcome`: what the pmap habit gives (`wrong`: a
 value, or the exception it raises), what the fix gives (`right`), the ground
 truth computed another way (`expected`) and the numbers worth reporting
-(`facts`). `tests/test_traps.py` runs them all; `docs/MIGRATION.md` shows the
-tagged regions (`docs/build_guide.py` pulls them). Needs 8 devices:
-`python docs/traps.py` emulates them on CPU and prints what each trap shows.
+(`facts`). This file holds the traps that give wrong numbers or refuse to
+run; `docs/traps_compiler.py` those in what the compiler makes of a port.
+`tests/test_traps.py` runs them all; `docs/MIGRATION.md` shows the tagged
+regions. Needs 8 devices: `python docs/traps.py` emulates them on CPU and
+prints what each trap shows; `python docs/traps.py --json FILE` (run by
+`python docs/build_guide.py --measure traps`) records it, with each trap's
+workload, for the guide's figures.
 """
 
-import dataclasses
+import json
 import os
 import sys
 import time
-from typing import Any
 
 if __name__ == "__main__":
   # As a script: the repo on the path, and 8 emulated CPU devices set before
@@ -23,58 +26,18 @@ if __name__ == "__main__":
                              " --xla_force_host_platform_device_count=8")
 
 import flax.jax_utils  # pylint: disable=g-import-not-at-top,wrong-import-position
-import flax.linen as nn  # pylint: disable=g-import-not-at-top,wrong-import-position
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
-import optax  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax import lax  # pylint: disable=g-import-not-at-top,wrong-import-position
 # Raised by Explicit-axis type checks; jax 0.10 does not export it publicly.
 from jax._src.core import ShardingTypeError  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax.sharding import AxisType, NamedSharding  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-N = 8  # devices every trap runs on
-
-
-@dataclasses.dataclass
-class Outcome:
-  """What one trap shows."""
-
-  wrong: Any
-  right: Any
-  expected: Any
-  facts: dict = dataclasses.field(default_factory=dict)
-
-
-def auto_mesh(axis="data", n=N):
-  return jax.make_mesh((n,), (axis,), axis_types=(AxisType.Auto,))
-
-
-def compile_counted(jitted, *args):
-  """`jitted` compiled for `args`, and the collective counts of its HLO."""
-  from compare import hlo  # pylint: disable=g-import-not-at-top
-  compiled = jitted.lower(*args).compile()
-  return compiled, hlo.count_collectives(compiled.as_text())
-
-
-def collectives(jitted, *args):
-  """Collective op counts in the optimised HLO of `jitted(*args)`."""
-  return compile_counted(jitted, *args)[1]
-
-
-def _data(rng, batch=64, features=3):
-  x = rng.normal(size=(batch, features)).astype(np.float32)
-  y = rng.normal(size=(batch,)).astype(np.float32)
-  return x, y
-
-
-def _time(fn, *args, repeats=10):
-  jax.block_until_ready(fn(*args))
-  start = time.perf_counter()
-  for _ in range(repeats):
-    jax.block_until_ready(fn(*args))
-  return (time.perf_counter() - start) / repeats
+from docs import traps_compiler  # pylint: disable=g-import-not-at-top,wrong-import-position
+from docs.traps_common import N, Outcome, auto_mesh  # pylint: disable=g-import-not-at-top,wrong-import-position
+from docs.traps_common import collectives, data, timed  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 # region: trap-gradient
@@ -106,7 +69,7 @@ def sharded_grad(fn, mesh, check_vma=True):  # True is shard_map's default
 def gradient_trap() -> Outcome:
   """`pmean(grad)` under shard_map's default check_vma=True: N times too big."""
   mesh = auto_mesh()
-  x, y = _data(np.random.default_rng(0))
+  x, y = data(np.random.default_rng(0))
   params = {"w": np.ones(3, np.float32), "b": np.zeros((), np.float32)}
   # pmap semantics: the mean over devices of per-device sums = global sum / N.
   expected = jax.jit(jax.grad(lambda p: loss(p, x, y) / N))(params)
@@ -186,8 +149,8 @@ def unreplicate_trap() -> Outcome:
              # "fully replicated" to flax: the device axis stays
              "unreplicate shape, 1 of 8 devices": flax.jax_utils.unreplicate(
                  lone_out).shape,
-             "x[0] ms": _time(lambda: stacked[0]) * 1e3,
-             "unreplicate ms": _time(
+             "x[0] ms": timed(lambda: stacked[0]) * 1e3,
+             "unreplicate ms": timed(
                  lambda: flax.jax_utils.unreplicate(stacked)) * 1e3})
 
 
@@ -215,176 +178,9 @@ def pmap_metrics_trap() -> Outcome:
              "mean on host": float(on_host)})
 
 
-class TwoConv(nn.Module):
-  """The smallest CNN that shows the trap: a conv whose input needs a grad."""
-
-  @nn.compact
-  def __call__(self, x):
-    x = nn.relu(nn.Conv(4, (3, 3))(x))
-    x = nn.relu(nn.Conv(4, (3, 3))(x))
-    return nn.Dense(10)(x.reshape(x.shape[0], -1))
-
-
-def host_params(model, example, rng, members=None):
-  """Random params for `model`, drawn with numpy.
-
-  Compiling flax's init (threefry random bits) takes seconds on XLA:CPU; the
-  traps need some params, not flax's initialisers. `members` stacks that many
-  independent draws on a leading axis.
-  """
-  shapes = jax.eval_shape(model.init, jax.random.key(0), example)["params"]
-  lead = () if members is None else (members,)
-  return jax.tree.map(lambda s: (0.3 * rng.standard_normal(
-      lead + s.shape)).astype(np.float32), shapes)
-
-
-def _sgd_step(model):
-  def step(params, images, labels):
-    grads = jax.grad(lambda p: optax.softmax_cross_entropy_with_integer_labels(
-        model.apply({"params": p}, images), labels).mean())(params)
-    return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
-  return step
-
-
-def vmap_ensemble_trap(time_it=False) -> Outcome:
-  """An ensemble as `jit(vmap)` over member-sharded params: all-gathers."""
-  model, rng = TwoConv(), np.random.default_rng(2)
-  images = rng.random((32, 8, 8, 1), dtype=np.float32)
-  labels = rng.integers(0, 10, 32).astype(np.int32)
-  members = host_params(model, images[:1], rng, members=N)
-  step = _sgd_step(model)
-  # region: trap-vmap-ensemble
-  mesh = auto_mesh("ensemble")
-  params = jax.device_put(members, NamedSharding(mesh, P("ensemble")))
-  batch = jax.device_put((images, labels), NamedSharding(mesh, P()))
-  per_member = jax.vmap(step, in_axes=(0, None, None))
-  wrong_step = jax.jit(per_member)  # the partitioner gathers members' tensors
-  right_step = jax.jit(jax.shard_map(  # each device steps its own member
-      per_member, mesh=mesh, in_specs=(P("ensemble"), P(), P()),
-      out_specs=P("ensemble")))
-  # endregion
-  expected = jax.jit(jax.vmap(step, in_axes=(0, None, None)))(
-      members, images, labels)
-  wrong_step, wrong_counts = compile_counted(wrong_step, params, *batch)
-  right_step, right_counts = compile_counted(right_step, params, *batch)
-  wrong, right = wrong_step(params, *batch), right_step(params, *batch)
-  facts = {"all-gather wrong": wrong_counts["all-gather"],
-           "all-gather right": right_counts["all-gather"]}
-  explicit = jax.make_mesh((N,), ("ensemble",))
-  try:
-    jax.jit(per_member)(
-        jax.device_put(members, NamedSharding(explicit, P("ensemble"))),
-        *jax.device_put((images, labels), NamedSharding(explicit, P())))
-    facts["Explicit mesh"] = "ran"
-  except ShardingTypeError as err:
-    facts["Explicit mesh"] = type(err).__name__
-  if time_it:
-    facts["slowdown"] = (_time(wrong_step, params, *batch) /
-                         _time(right_step, params, *batch))
-  return Outcome(wrong=wrong, right=right, expected=expected, facts=facts)
-
-
-class WiderConv(TwoConv):
-  """TwoConv with 16 features: enough work for the scan slow path to show."""
-
-  @nn.compact
-  def __call__(self, x):
-    x = nn.relu(nn.Conv(16, (3, 3))(x))
-    x = nn.relu(nn.Conv(16, (3, 3))(x))
-    return nn.Dense(10)(x.reshape(x.shape[0], -1))
-
-
-def scan_trap(time_it=False, steps=4) -> Outcome:
-  """`lax.scan` over conv training steps on XLA:CPU vs the same unrolled."""
-  model, rng = WiderConv(), np.random.default_rng(3)
-  images = rng.random((steps, 32, 8, 8, 1), dtype=np.float32)
-  labels = rng.integers(0, 10, (steps, 32)).astype(np.int32)
-  params = host_params(model, images[0, :1], rng)
-  step = _sgd_step(model)
-  # region: trap-scan
-  def train(params, images, labels, unroll):
-    body = lambda p, batch: (step(p, *batch), None)
-    return lax.scan(body, params, (images, labels), unroll=unroll)[0]
-
-  looped = jax.jit(lambda *a: train(*a, unroll=1))  # a while loop in HLO
-  unrolled = jax.jit(lambda *a: train(*a, unroll=True))  # straight-line code
-  # endregion
-  expected = params
-  for i in range(steps):
-    expected = jax.jit(step)(expected, images[i], labels[i])
-  looped = looped.lower(params, images, labels).compile()
-  unrolled = unrolled.lower(params, images, labels).compile()
-  facts = {}
-  for name, text in (("looped", looped.as_text()),
-                     ("unrolled", unrolled.as_text())):
-    facts[f"{name} has while"] = " while(" in text
-    # XLA:CPU's fast convolution wants b01f_01io->b01f; inside the loop the
-    # weight-gradient convolutions keep another layout (the slow path).
-    facts[f"{name} other conv layouts"] = sum(
-        1 for line in text.splitlines()
-        if " convolution(" in line and "dim_labels=b01f_01io->b01f" not in line)
-  if time_it:
-    facts["slowdown"] = (_time(looped, params, images, labels) /
-                         _time(unrolled, params, images, labels))
-  return Outcome(wrong=looped(params, images, labels),
-                 right=unrolled(params, images, labels), expected=expected,
-                 facts=facts)
-
-
-# region: trap-microbatch-reshape
-def split_naive(batch, k):
-  """[B, ...] -> [k, B/k, ...]: the microbatch axis takes the device split."""
-  return batch.reshape(k, batch.shape[0] // k, *batch.shape[1:])
-
-
-def split_per_device(batch, k, n_devices=N):
-  """[n*k*b, ...] -> [k, n*b, ...]: microbatch i = slice i of every shard."""
-  b = batch.shape[0] // (n_devices * k)
-  x = batch.reshape(n_devices, k, b, *batch.shape[1:])
-  return jnp.swapaxes(x, 0, 1).reshape(k, n_devices * b, *batch.shape[1:])
-
-
-def accumulate(batch, split, k):
-  microbatches = split(batch, k)
-  return lax.scan(lambda acc, mb: (acc + jnp.sum(mb ** 2), None), 0.0,
-                  microbatches)[0]
-# endregion
-
-
-def microbatch_reshape_trap() -> Outcome:
-  """Where the microbatch axis of a `P('data')` batch ends up."""
-  host = np.arange(128 * 2, dtype=np.float32).reshape(128, 2) / 256
-  auto, explicit = auto_mesh(), jax.make_mesh((N,), ("data",))
-  on_auto = jax.device_put(host, NamedSharding(auto, P("data")))
-  on_explicit = jax.device_put(host, NamedSharding(explicit, P("data")))
-  def spec(a):  # padded: Auto drops trailing Nones, Explicit keeps them
-    return tuple(a.sharding.spec) + (None,) * (a.ndim - len(a.sharding.spec))
-  wrong = {"Auto k=8": spec(split_naive(on_auto, 8)),
-           "Auto k=4": spec(split_naive(on_auto, 4)),
-           "Explicit k=8": spec(split_naive(on_explicit, 8))}
-  right = {name: spec(split_per_device(a, k))
-           for name, a, k in (("Auto k=8", on_auto, 8), ("Auto k=4", on_auto, 4),
-                              ("Explicit k=8", on_explicit, 8))}
-  facts = {}
-  for name, split in (("naive", split_naive), ("per device", split_per_device)):
-    fn = jax.jit(lambda a, split=split: accumulate(a, split, 4))
-    facts[f"{name} Auto all-gathers"] = collectives(fn, on_auto)["all-gather"]
-    facts[f"{name} Auto sum"] = float(fn(on_auto))
-    try:
-      with jax.set_mesh(explicit):
-        facts[f"{name} Explicit scan"] = float(
-            jax.jit(lambda a, split=split: accumulate(a, split, 8))(on_explicit))
-    except (ValueError, ShardingTypeError) as err:
-      facts[f"{name} Explicit scan"] = f"{type(err).__name__}: {err}"[:80]
-  facts["host sum"] = float(np.sum(host.astype(np.float64) ** 2))
-  return Outcome(wrong=wrong, right=right,
-                 expected=dict.fromkeys(right, (None, "data", None)),
-                 facts=facts)
-
-
 def loss_normalisation_trap() -> Outcome:
   """The classic loss (sum per device, mean across) ties lr to device count."""
-  x, y = _data(np.random.default_rng(4))
+  x, y = data(np.random.default_rng(4))
   params = {"w": np.ones(3, np.float32), "b": np.zeros((), np.float32)}
   # region: trap-loss-normalisation
   def classic(p, x, y):  # summed over the device's examples
@@ -414,22 +210,63 @@ def loss_normalisation_trap() -> Outcome:
 
 
 TRAPS = (gradient_trap, explicit_mesh_trap, unreplicate_trap,
-         pmap_metrics_trap, vmap_ensemble_trap, scan_trap,
-         microbatch_reshape_trap, loss_normalisation_trap)
+         pmap_metrics_trap, traps_compiler.vmap_ensemble_trap,
+         traps_compiler.scan_trap, traps_compiler.microbatch_reshape_trap,
+         loss_normalisation_trap)
+
+# What each trap runs on: every figure the guide quotes names its workload.
+WORKLOADS = {
+    "gradient_trap": "linear model (3 features), batch 64 over 8 devices, "
+                     "one gradient",
+    "explicit_mesh_trap": "16 floats on an Explicit 8-device mesh",
+    "unreplicate_trap": "a 4x3 parameter, pmap over 8 devices",
+    "pmap_metrics_trap": "64x3 batch, metric sums psummed in pmap over 8 "
+                         "devices",
+    "vmap_ensemble_trap": "two-conv CNN (4 features), 8 members on 8 devices, "
+                          "batch 32 of 8x8 images, one SGD step",
+    "scan_trap": "two-conv CNN (16 features), 4 SGD steps on batches of 32 "
+                 "8x8 images, one device",
+    "microbatch_reshape_trap": "128x2 batch on 8 devices, sum of squares "
+                               "over microbatches",
+    "loss_normalisation_trap": "linear model (3 features), batch 64 over 2, "
+                               "4 and 8 devices",
+}
 
 
-def main():
+def _plain(value):
+  """A fact as JSON: numbers, strings, bools and tuples as lists."""
+  if isinstance(value, (bool, int, float, str)) or value is None:
+    return value
+  if isinstance(value, (tuple, list)):
+    return [_plain(v) for v in value]
+  return str(value)
+
+
+def main(argv=None):
+  argv = sys.argv[1:] if argv is None else argv
   print(f"jax {jax.__version__}, {jax.device_count()} "
         f"{jax.devices()[0].platform} devices")
+  record = {"what": "what each trap shows (docs/traps.py)",
+            "jax_version": jax.__version__, "devices": jax.device_count(),
+            "platform": jax.devices()[0].platform,
+            "load_average": [round(os.getloadavg()[0], 2)], "traps": {}}
   for trap in TRAPS:
     start = time.perf_counter()
-    timed = "time_it" in trap.__code__.co_varnames
-    outcome = trap(time_it=True) if timed else trap()
+    timed_trap = "time_it" in trap.__code__.co_varnames
+    outcome = trap(time_it=True) if timed_trap else trap()
     print(f"\n{trap.__name__} ({time.perf_counter() - start:.1f} s): "
           f"{trap.__doc__}")
     for key, value in outcome.facts.items():
       print(f"  {key}: {value:.9g}" if isinstance(value, float)
             else f"  {key}: {value}")
+    record["traps"][trap.__name__] = {
+        "workload": WORKLOADS[trap.__name__],
+        "facts": {k: _plain(v) for k, v in outcome.facts.items()}}
+  record["load_average"].append(round(os.getloadavg()[0], 2))
+  if argv[:1] == ["--json"]:
+    with open(argv[1], "w", encoding="utf-8") as f:
+      json.dump(record, f, indent=1)
+      f.write("\n")
 
 
 if __name__ == "__main__":

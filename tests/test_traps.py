@@ -1,8 +1,10 @@
-"""Runs every trap of docs/traps.py: the wrong result differs, the right one holds.
+"""Runs every trap and idiom the guide shows: the wrong differs, the right holds.
 
-The guide (docs/MIGRATION.md) shows these examples; these tests are why its
-claims can be trusted on the pinned jax. No timing is asserted: the slowdowns
-are reported by `python docs/traps.py`, the structure behind them is checked.
+The guide (docs/MIGRATION.md) shows these examples (docs/traps.py,
+docs/traps_compiler.py, docs/idioms.py); these tests are why its claims can
+be trusted on the pinned jax. No timing is asserted: the slowdowns are
+recorded by `python docs/build_guide.py --measure traps`, the structure
+behind them is checked.
 """
 
 import importlib.util
@@ -13,18 +15,21 @@ import jax
 import numpy as np
 import pytest
 
-_PATH = pathlib.Path(__file__).resolve().parents[1] / "docs" / "traps.py"
+_DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
 
 
-def _load():
-  spec = importlib.util.spec_from_file_location("shardport_docs_traps", _PATH)
+def _load(name):
+  spec = importlib.util.spec_from_file_location(f"shardport_docs_{name}",
+                                                _DOCS / f"{name}.py")
   module = importlib.util.module_from_spec(spec)
   sys.modules[spec.name] = module  # dataclasses look their module up here
   spec.loader.exec_module(module)
   return module
 
 
-traps = _load()
+traps = _load("traps")
+compiler = traps.traps_compiler
+idioms = _load("idioms")
 
 
 def _allclose(a, b, rtol=1e-5, atol=1e-6):
@@ -83,7 +88,7 @@ def test_reducing_psummed_pmap_outputs_again_counts_n_times():
 
 
 def test_jit_vmap_ensemble_all_gathers_and_shard_map_does_not():
-  out = traps.vmap_ensemble_trap()
+  out = compiler.vmap_ensemble_trap()
   assert out.facts["all-gather wrong"] > 0
   assert out.facts["all-gather right"] == 0
   assert out.facts["Explicit mesh"] == "ShardingTypeError"
@@ -93,7 +98,7 @@ def test_jit_vmap_ensemble_all_gathers_and_shard_map_does_not():
 
 
 def test_scan_keeps_a_loop_and_slow_conv_layouts_on_cpu():
-  out = traps.scan_trap()
+  out = compiler.scan_trap()
   assert out.facts["looped has while"] and not out.facts["unrolled has while"]
   if jax.devices()[0].platform == "cpu":
     assert out.facts["looped other conv layouts"] > 0
@@ -103,7 +108,7 @@ def test_scan_keeps_a_loop_and_slow_conv_layouts_on_cpu():
 
 
 def test_naive_reshape_shards_the_microbatch_axis():
-  out = traps.microbatch_reshape_trap()
+  out = compiler.microbatch_reshape_trap()
   assert out.right == out.expected
   assert out.wrong["Auto k=8"][0] == "data"  # microbatches live on devices
   assert out.wrong["Explicit k=8"][0] == "data"
@@ -127,3 +132,45 @@ def test_classic_loss_ties_gradient_scale_to_device_count():
     assert _allclose(grads, jax.tree.map(lambda g: g * batch / n,
                                          out.expected), rtol=1e-4), n
   assert out.facts["grad scale 2->8 devices"] == pytest.approx(0.25)
+
+
+def test_every_trap_has_a_workload_for_its_figures():
+  assert set(traps.WORKLOADS) == {t.__name__ for t in traps.TRAPS}
+
+
+def test_nested_pmap_fails_on_jax_0_10_and_the_2d_mesh_computes_it():
+  out = idioms.nested_pmap_as_2d_mesh()
+  assert isinstance(out["legacy"], ValueError)
+  assert "should match the mesh passed to shard_map" in str(out["legacy"])
+  np.testing.assert_allclose(out["ported"], out["expected"], rtol=1e-6)
+  assert out["mesh shape"] == {"outer": 2, "inner": 4}
+
+
+def test_staged_helpers_replace_the_removed_device_put_helpers():
+  out = idioms.staged_migration()
+  n = traps.N
+  np.testing.assert_array_equal(out["replicated"]["w"],
+                                np.tile(np.arange(3.0), (n, 1)))
+  np.testing.assert_array_equal(out["sharded"], out["shards"])
+  # shard i lives on pmap's device i, as device_put_sharded placed it
+  devices = idioms.pmap_devices()
+  for shard in out["sharded"].addressable_shards:
+    i = shard.index[0].start
+    assert shard.device == devices[i]
+    np.testing.assert_array_equal(shard.data[0], out["shards"][i])
+  np.testing.assert_array_equal(out["pmap(sharded)"], 2 * out["shards"])
+  # the global array keeps each device's block where it was
+  assert out["global"].shape == (n * 3,)
+  np.testing.assert_array_equal(out["global"], 2 * out["shards"].ravel())
+  assert out["global"].sharding.spec == jax.sharding.PartitionSpec("data")
+  np.testing.assert_array_equal(out["back to pmap"], 4 * out["shards"])
+
+
+def test_pmap_squeezes_the_device_axis_and_shard_map_keeps_it():
+  out = idioms.what_the_body_sees(b=4, d=3)
+  assert out["pmap body shape of [N]"] == ()
+  assert out["shard_map body shape of [N]"] == (1,)
+  assert out["pmap body shape"] == out["shard_map body shape"] == (4, 3)
+  assert out["pmap axis_index"] == list(range(traps.N))
+  assert out["shard_map axis_index"] == list(range(traps.N))
+  assert out["pmap out shape"] == out["shard_map out shape"] == (traps.N,)

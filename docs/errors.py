@@ -1,0 +1,262 @@
+"""Every wrong idiom the guide indexes, run: the exact message JAX prints.
+
+Each `Case` runs one habit from pmap code (or one wrong port) and returns the
+exception (or warning) it raises on the pinned stack. `docs/MIGRATION.md`
+quotes the first line of each (`quote`) in its index of error messages,
+rendered from `docs/measured/errors.json`, which
+
+    python docs/build_guide.py --measure errors
+
+rewrites by running this module on 8 emulated CPU devices.
+`tests/test_error_messages.py` runs every case again and fails when JAX
+prints something the guide does not quote, so a JAX upgrade that changes a
+message fails CI.
+
+optax 0.2.7 cannot be installed beside optax 0.2.8; its case runs the line
+optax 0.2.7 runs on import (`jax.config.update('jax_pmap_shmap_merge',
+False)`, in `optax/contrib/_complex_valued.py`) and, when `OPTAX_027_PATH`
+names a directory holding optax 0.2.7 (`pip install --no-deps --target DIR
+optax==0.2.7`), imports the real package in a subprocess as well.
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable
+
+if __name__ == "__main__":
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+      __file__))))
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                             " --xla_force_host_platform_device_count=8")
+
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+from jax import lax  # pylint: disable=g-import-not-at-top,wrong-import-position
+from jax.sharding import AxisType, NamedSharding  # pylint: disable=g-import-not-at-top,wrong-import-position
+from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+N = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+  """One wrong idiom: what it is, where the guide fixes it, and the run."""
+
+  id: str
+  idiom: str  # the wrong code, in one line of markdown
+  fix: str  # the guide's anchor (#...) that fixes it
+  run: Callable[[], object]
+
+
+def _raised(fn):
+  """The exception or warning `fn` raises; AssertionError if it runs clean."""
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+      fn()
+    except Exception as err:  # pylint: disable=broad-except
+      return err
+  for warning in caught:
+    if issubclass(warning.category, DeprecationWarning):
+      return warning.category(str(warning.message))
+  raise AssertionError(f"{fn} ran without an error or a DeprecationWarning")
+
+
+def quote(err: BaseException) -> str:
+  """`Type: first line of the message`, as the guide quotes it."""
+  lines = str(err).strip().splitlines() or [""]
+  return f"{type(err).__name__}: {lines[0].strip()}"
+
+
+def _explicit_mesh():
+  return jax.make_mesh((N,), ("data",))  # Explicit axes by default
+
+
+def _stacked():
+  return np.ones((N, 2), np.float32)
+
+
+def _device_put_replicated():
+  jax.device_put_replicated(np.ones(3), jax.devices())
+
+
+def _device_put_sharded():
+  jax.device_put_sharded(list(_stacked()), jax.devices())
+
+
+def _in_specs_mismatch():
+  mesh = _explicit_mesh()
+  jax.shard_map(lambda a: 2 * a, mesh=mesh, in_specs=P("data"),
+                out_specs=P("data"))(np.arange(16, dtype=np.float32))
+
+
+def _explicit_indexing():
+  mesh = _explicit_mesh()
+  placed = jax.device_put(np.arange(16, dtype=np.float32),
+                          NamedSharding(mesh, P("data")))
+  return placed[3]
+
+
+def _explicit_reshape():
+  mesh = _explicit_mesh()
+  batch = jax.device_put(np.ones((128, 2), np.float32),
+                         NamedSharding(mesh, P("data")))
+  with jax.set_mesh(mesh):
+    jax.jit(lambda b: b.reshape(4, 32, 2))(batch)
+
+
+def _pmap_of_explicit_array():
+  mesh = _explicit_mesh()
+  jax.pmap(lambda a: 2 * a)(jax.device_put(_stacked(),
+                                           NamedSharding(mesh, P("data"))))
+
+
+def _pmap_in_context_mesh():
+  with jax.set_mesh(jax.make_mesh((N,), ("model",))):
+    jax.pmap(lambda a: 2 * a)(_stacked())
+
+
+def _nested_pmap():
+  from docs import idioms  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  idioms.nested_pmap(np.ones((2, N // 2, 3, 2), np.float32))
+
+
+def _incompatible_devices():
+  devices = jax.devices()
+  # A pmap over devices 4-7, its output fed to a pmap over 0-3 under jit:
+  # the old pmap copied the inputs over; today's is a shard_map in the jit.
+  out = jax.pmap(lambda a: 2 * a, devices=devices[4:])(_stacked()[:4])
+  jax.jit(jax.pmap(lambda a: a + 1, devices=devices[:4]))(out)
+
+
+def _optax_027():
+  path = os.environ.get("OPTAX_027_PATH")
+  if path:  # the real import, in a fresh interpreter
+    result = subprocess.run(
+        [sys.executable, "-c", "import optax"], capture_output=True,
+        text=True, env={**os.environ, "PYTHONPATH": path}, check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    kind, _, message = last.partition(": ")
+    raise {"AttributeError": AttributeError}.get(kind, RuntimeError)(message)
+  jax.config.update("jax_pmap_shmap_merge", False)  # optax 0.2.7's import
+
+
+def _pvary():
+  return lax.pvary
+
+
+def _tree_map():
+  return jax.tree_map
+
+
+def _optimizers():
+  import jax.experimental.optimizers  # pylint: disable=g-import-not-at-top,import-outside-toplevel,unused-import
+
+
+def _check_rep():
+  mesh = jax.make_mesh((N,), ("data",), axis_types=(AxisType.Auto,))
+  jax.shard_map(lambda a: a, mesh=mesh, in_specs=P("data"),
+                out_specs=P("data"), check_rep=False)
+
+
+def _ring_sum(x):
+  """A sum over the ring by ppermute: replicated, but not provably so."""
+  total = x
+  for shift in range(1, N):
+    total = total + lax.ppermute(x, "data", [(i, (i + shift) % N)
+                                             for i in range(N)])
+  return total
+
+
+def _check_vma_false_positive():
+  mesh = jax.make_mesh((N,), ("data",), axis_types=(AxisType.Auto,))
+  jax.jit(jax.shard_map(_ring_sum, mesh=mesh, in_specs=P("data"),
+                        out_specs=P()))(np.arange(N, dtype=np.float32))
+
+
+def _scalar_out_specs():
+  mesh = jax.make_mesh((N,), ("data",), axis_types=(AxisType.Auto,))
+  def device_sum(x):
+    return x.sum()
+  jax.jit(jax.shard_map(device_sum, mesh=mesh, in_specs=P("data"),
+                        out_specs=P("data")))(np.ones(4 * N, np.float32))
+
+
+def _experimental_shard_map():
+  from jax.experimental import shard_map  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  return shard_map.shard_map
+
+
+def _with_mesh():
+  mesh = jax.make_mesh((N,), ("data",), axis_types=(AxisType.Auto,))
+  with mesh:
+    pass
+
+
+CASES = (
+    Case("device-put-replicated", "`jax.device_put_replicated(x, devices)`",
+         "#staged", _device_put_replicated),
+    Case("device-put-sharded", "`jax.device_put_sharded(shards, devices)`",
+         "#staged", _device_put_sharded),
+    Case("in-specs-mismatch", "`shard_map` on a `jax.make_mesh` mesh fed a "
+         "host array", "#trap-explicit", _in_specs_mismatch),
+    Case("sharding-type-error", "`x[3]` on an array on a `jax.make_mesh` "
+         "mesh", "#trap-explicit", _explicit_indexing),
+    Case("explicit-reshape", "`batch.reshape(k, B // k, ...)` of a batch on "
+         "an Explicit mesh", "#trap-microbatch", _explicit_reshape),
+    Case("pmap-explicit-keyerror", "`jax.pmap(f)(x)` with `x` on a "
+         "`jax.make_mesh` mesh", "#staged", _pmap_of_explicit_array),
+    Case("context-mesh", "`jax.pmap(f)(x)` inside `with jax.set_mesh(mesh):`",
+         "#staged", _pmap_in_context_mesh),
+    Case("nested-pmap", "`jax.pmap(jax.pmap(f, axis_name='inner'), "
+         "axis_name='outer')`", "#nested-pmap", _nested_pmap),
+    Case("incompatible-devices", "a `jax.pmap` under `jax.jit` fed arrays "
+         "that live on other devices", "#staged", _incompatible_devices),
+    Case("optax-027", "`import optax` with optax 0.2.7 on jax 0.10",
+         "#pins", _optax_027),
+    Case("pvary", "`lax.pvary(x, axis)`", "#idiom-map", _pvary),
+    Case("tree-map", "`jax.tree_map(f, tree)`", "#idiom-map", _tree_map),
+    Case("optimizers", "`import jax.experimental.optimizers`", "#idiom-map",
+         _optimizers),
+    Case("check-rep", "`shard_map(..., check_rep=False)`", "#check-vma",
+         _check_rep),
+    Case("check-vma-false-positive", "`out_specs=P()` on a value replicated "
+         "by hand (a `ppermute` ring sum)", "#check-vma",
+         _check_vma_false_positive),
+    Case("scalar-out-specs", "a per-device scalar returned with "
+         "`out_specs=P('data')`", "#rank", _scalar_out_specs),
+    Case("experimental-shard-map", "`from jax.experimental.shard_map import "
+         "shard_map` (a warning)", "#check-vma", _experimental_shard_map),
+    Case("with-mesh", "`with mesh:` (a warning)", "#idiom-map", _with_mesh),
+)
+
+
+def messages() -> dict[str, str]:
+  """Each case's quoted message, run now."""
+  return {case.id: quote(_raised(case.run)) for case in CASES}
+
+
+def main(argv=None) -> int:
+  argv = sys.argv[1:] if argv is None else argv
+  found = messages()
+  record = {"what": "the first line of what each wrong idiom raises",
+            "jax_version": jax.__version__,
+            "devices": jax.device_count(),
+            "optax_027_real_import": bool(os.environ.get("OPTAX_027_PATH")),
+            "messages": found}
+  if argv[:1] == ["--json"]:
+    with open(argv[1], "w", encoding="utf-8") as f:
+      json.dump(record, f, indent=1)
+      f.write("\n")
+  else:
+    for key, message in found.items():
+      print(f"{key}: {message}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
