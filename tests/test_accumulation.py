@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 from compare.reference import accumulation as reference
+from compare.strategies import accumulation
+from compare import runner
 from legacy_pmap import accumulation as legacy
 from legacy_pmap import data_parallel as legacy_dp
 from sharded import accumulation as sharded
@@ -81,7 +83,12 @@ def _compiled(run, n_devices, config):
   state = module.create_state(config.seed, config, placement)
   batch = module.put_batch(_host_batch(config.workload, config.global_batch),
                            placement)
-  return module, placement, state, step, step.lower(state, batch).compile()
+  compiled = step.lower(state, batch).compile()
+  accumulates = isinstance(config, configs.AccumulationConfig)
+  calls = (microbatches.calls_per_step(config)
+           if accumulates and run != "reference" else 1)
+  return module, placement, state, step, compiled, runner.optimizer_step(
+      compiled, calls)
 
 
 def _resolved(run, config):
@@ -90,18 +97,18 @@ def _resolved(run, config):
     return config
   if run == "reference":  # the reference ignores K and the loop
     return dataclasses.replace(config, accum_steps=1, accum_loop="auto")
-  return dataclasses.replace(config, accum_loop=microbatches.resolve_loop(
+  return dataclasses.replace(config, accum_loop=accumulation.resolve_loop(
       config.accum_loop, jax.devices()[0].platform))
 
 
 def _one_step(run, n_devices, config, batch=None):
   """`to_host` of the state after one step, and the step's loss."""
-  module, placement, state, _, compiled = _compiled(run, n_devices,
-                                                    _resolved(run, config))
+  module, placement, state, _, _, whole_step = _compiled(
+      run, n_devices, _resolved(run, config))
   state = jax.tree.map(jnp.copy, state)  # the step donates its input
   if batch is None:
     batch = _host_batch(config.workload, config.global_batch)
-  state, metrics = compiled(state, module.put_batch(batch, placement))
+  state, metrics = whole_step(state, module.put_batch(batch, placement))
   return module.to_host(state), module.metrics_to_host(metrics)["loss"]
 
 
@@ -191,6 +198,7 @@ def test_wrong_normalisation_is_caught(monkeypatch):
       microbatches, "mean_grads",
       lambda *args: jax.tree.map(lambda x: 2 * x, mean_grads(*args)))
   placement = sharded.make_placement(2)
+  config = _resolved("shard_map", config)
   step = sharded.make_train_step(config, placement, "shard_map")  # uncached
   state = sharded.create_state(config.seed, config, placement)
   state, _ = step(state, sharded.put_batch(_host_batch(), placement))

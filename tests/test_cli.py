@@ -9,6 +9,7 @@ import pytest
 
 from compare import cli
 from compare import runner
+from compare import strategies
 from compare import tolerances
 
 SMALL = ["--strategy", "data_parallel", "--steps", "2", "--batch-size", "64",
@@ -42,7 +43,7 @@ def test_data_parallel_report(tmp_path, capsys, workload):
 def test_a_differing_pair_exits_1(tmp_path, monkeypatch):
   # Negative control for the whole harness: no tolerance at all, and the
   # single-device reference (other summation order) must then differ.
-  monkeypatch.setitem(tolerances.TOLERANCES, "data_parallel", {
+  monkeypatch.setattr(strategies.get("data_parallel"), "tolerances", {
       "first_step": tolerances.Tolerance(0.0, 0.0),
       "final": tolerances.Tolerance(0.0, 0.0)})
   path = tmp_path / "out.json"

@@ -5,6 +5,7 @@ import pytest
 
 from compare import equivalence
 from compare import hlo
+from compare import strategies
 from compare import tolerances
 
 TOL = tolerances.Tolerance(rtol=1e-5, atol=1e-5)
@@ -46,8 +47,10 @@ def test_shape_mismatch_is_an_error():
 
 
 def test_every_strategy_has_both_tolerances():
-  for strategy, entries in tolerances.TOLERANCES.items():
+  for strategy, spec in strategies.STRATEGIES.items():
+    entries = spec.tolerances
     assert set(entries) == {"first_step", "final"}, strategy
+    assert all(entry.reason for entry in entries.values()), strategy
     assert entries["first_step"].atol <= entries["final"].atol
 
 
