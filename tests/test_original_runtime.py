@@ -1,0 +1,68 @@
+"""The proof against the original pmap runtime (jax 0.9.2, JAX_PMAP_SHMAP_MERGE=0).
+
+Skipped unless `SHARDPORT_EXPECT_ORIGINAL_RUNTIME=1`: `.ci/original_runtime.sh`
+sets it in the environment that `constraints/original-pmap-runtime.txt`
+installs. There pmap is the C++ runtime of the classic programs (its outputs
+carry `PmapSharding`), not `jit` over `shard_map` as on jax >= 0.8 by default,
+so "pmap ~ shard_map, bitwise" compares the port with pmap as users ran it.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from legacy_pmap import devices
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("SHARDPORT_EXPECT_ORIGINAL_RUNTIME") != "1",
+    reason="set SHARDPORT_EXPECT_ORIGINAL_RUNTIME=1 in the original-runtime "
+           "environment (.ci/original_runtime.sh)")
+
+# Short runs: the first step and a few after it. The ensemble's CNN is the
+# slowest to compile; one epoch of it is what CI can afford.
+RUNS = {
+    "data_parallel": ["--steps", "3"],
+    "ensemble": ["--epochs", "1"],
+    "accumulation": ["--steps", "3"],
+}
+
+
+def test_this_process_runs_the_original_runtime():
+  assert os.environ.get(devices.MERGE_ENV) == "0"
+  assert devices.pmap_runtime_warning() is None
+  assert devices.pmap_runtime() == "original"
+
+
+def _report(strategy, tmp_path):
+  """The JSON report of a short `python -m compare --strategy STRATEGY`.
+
+  Read from `$SHARDPORT_ORIGINAL_RUNTIME_JSON/STRATEGY.json` where the CI
+  script already ran it (printing its table); run here otherwise.
+  """
+  ran = os.environ.get("SHARDPORT_ORIGINAL_RUNTIME_JSON")
+  if ran:
+    return json.loads((pathlib.Path(ran) / f"{strategy}.json").read_text())
+  path = tmp_path / f"{strategy}.json"
+  done = subprocess.run(
+      [sys.executable, "-m", "compare", "--strategy", strategy,
+       *RUNS[strategy], "--windows", "2", "--json", str(path)],
+      env={**os.environ, devices.MERGE_ENV: "0"}, capture_output=True,
+      text=True, timeout=600, check=False)
+  assert path.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+  return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("strategy", sorted(RUNS))
+def test_compare_reports_original_runtime_and_bitwise_pmap(strategy,
+                                                           tmp_path):
+  report = _report(strategy, tmp_path)
+  assert report["jax_version"].startswith("0.9."), report["jax_version"]
+  assert report["pmap_runtime"] == "original"
+  verdicts = {v["at"]: v["verdict"] for v in report["equivalence"]
+              if (v["a"], v["b"]) == ("pmap", "shard_map")}
+  assert verdicts == {"first_step": "bitwise", "final": "bitwise"}, verdicts
+  assert report["verdict"] == "pass"
