@@ -74,45 +74,36 @@ def pmap_devices(n=N):
 
 
 def stacked_sharding(devices):
-  """Where pmap wants a `[len(devices), ...]` input: one row per device.
-
-  An Auto mesh: pmap fails with `KeyError` on arrays that live on an
-  Explicit one (what `jax.make_mesh` builds by default).
-  """
-  mesh = jax.sharding.Mesh(np.array(devices), ("devices",))
-  return NamedSharding(mesh, P("devices"))
+  """Where pmap wants a `[len(devices), ...]` input: an Auto mesh (pmap
+  fails with `KeyError` on arrays from an Explicit one)."""
+  return NamedSharding(jax.sharding.Mesh(np.array(devices), ("devices",)),
+                       P("devices"))
 
 
-def put_replicated(x, devices):
-  """`jax.device_put_replicated(x, devices)`: a copy per device, stacked."""
-  stacked = jax.tree.map(lambda a: np.broadcast_to(a, (len(devices),
-                                                       *np.shape(a))), x)
+def put_replicated(x, devices):  # was jax.device_put_replicated(x, devices)
+  stacked = jax.tree.map(
+      lambda a: np.broadcast_to(a, (len(devices), *np.shape(a))), x)
   return jax.device_put(stacked, stacked_sharding(devices))
 
 
-def put_sharded(shards, devices):
-  """`jax.device_put_sharded(shards, devices)`: shard i on device i."""
+def put_sharded(shards, devices):  # was jax.device_put_sharded(shards, devices)
   return jax.make_array_from_single_device_arrays(
       (len(shards), *np.shape(shards[0])), stacked_sharding(devices),
-      [jax.device_put(np.asarray(s)[None], d)
-       for s, d in zip(shards, devices)])
+      [jax.device_put(np.asarray(s)[None], d) for s, d in zip(shards, devices)])
 
 
 def stacked_to_global(stacked, mesh, axis="data"):
-  """A pmap output `[N, b, ...]` as one global `[N * b, ...]` array on
-  `mesh`, split `P(axis)`; every device keeps its block (no copy across
-  devices). For a port whose step is `jit(shard_map)` while the data
-  pipeline still stacks."""
+  """pmap's `[N, b, ...]` output as one `[N * b, ...]` array split
+  `P(axis)` on `mesh`: each device keeps its block."""
   by_device = {s.device: s.data for s in stacked.addressable_shards}
-  blocks = [by_device[d][0] for d in mesh.devices.flat]
-  shape = (stacked.shape[0] * stacked.shape[1], *stacked.shape[2:])
   return jax.make_array_from_single_device_arrays(
-      shape, NamedSharding(mesh, P(axis)), blocks)
+      (stacked.shape[0] * stacked.shape[1], *stacked.shape[2:]),
+      NamedSharding(mesh, P(axis)),
+      [by_device[d][0] for d in mesh.devices.flat])
 
 
 def global_to_stacked(array, devices):
-  """A global array split over its first axis as pmap's `[N, b, ...]`
-  input on `devices` (in pmap's order), without going through the host."""
+  """A global array split over axis 0 as pmap's `[N, b, ...]` input."""
   by_device = {s.device: s.data for s in array.addressable_shards}
   return jax.make_array_from_single_device_arrays(
       (len(devices), array.shape[0] // len(devices), *array.shape[1:]),

@@ -214,22 +214,29 @@ TRAPS = (gradient_trap, explicit_mesh_trap, unreplicate_trap,
          traps_compiler.scan_trap, traps_compiler.microbatch_reshape_trap,
          loss_normalisation_trap)
 
-# What each trap runs on: every figure the guide quotes names its workload.
+# What each trap runs on: every figure the guide quotes names its workload
+# (a short label, then the whole description).
 WORKLOADS = {
-    "gradient_trap": "linear model (3 features), batch 64 over 8 devices, "
-                     "one gradient",
-    "explicit_mesh_trap": "16 floats on an Explicit 8-device mesh",
-    "unreplicate_trap": "a 4x3 parameter, pmap over 8 devices",
-    "pmap_metrics_trap": "64x3 batch, metric sums psummed in pmap over 8 "
-                         "devices",
-    "vmap_ensemble_trap": "two-conv CNN (4 features), 8 members on 8 devices, "
-                          "batch 32 of 8x8 images, one SGD step",
-    "scan_trap": "two-conv CNN (16 features), 4 SGD steps on batches of 32 "
-                 "8x8 images, one device",
-    "microbatch_reshape_trap": "128x2 batch on 8 devices, sum of squares "
-                               "over microbatches",
-    "loss_normalisation_trap": "linear model (3 features), batch 64 over 2, "
-                               "4 and 8 devices",
+    "gradient_trap": ("linear model, 8 devices", "linear model (3 features),"
+                      " batch 64 over 8 devices, one gradient"),
+    "explicit_mesh_trap": ("16 floats, Explicit mesh", "16 floats on an "
+                           "Explicit 8-device mesh"),
+    "unreplicate_trap": ("4x3 parameter, pmap", "a 4x3 parameter, pmap over "
+                         "8 devices"),
+    "pmap_metrics_trap": ("64x3 batch, pmap metrics", "64x3 batch, metric "
+                          "sums psummed in pmap over 8 devices"),
+    "vmap_ensemble_trap": ("two-conv CNN, 8 members", "two-conv CNN (4 "
+                           "features), 8 members on 8 devices, batch 32 of "
+                           "8x8 images, one SGD step"),
+    "scan_trap": ("two-conv CNN, 4 scanned steps", "two-conv CNN (16 "
+                  "features), 4 SGD steps on batches of 32 8x8 images, "
+                  "one device"),
+    "microbatch_reshape_trap": ("128x2 batch, microbatches", "128x2 batch "
+                                "on 8 devices, sum of squares over "
+                                "microbatches"),
+    "loss_normalisation_trap": ("linear model, 2/4/8 devices", "linear "
+                                "model (3 features), batch 64 over 2, 4 and "
+                                "8 devices"),
 }
 
 
@@ -259,8 +266,9 @@ def main(argv=None):
     for key, value in outcome.facts.items():
       print(f"  {key}: {value:.9g}" if isinstance(value, float)
             else f"  {key}: {value}")
+    label, workload = WORKLOADS[trap.__name__]
     record["traps"][trap.__name__] = {
-        "workload": WORKLOADS[trap.__name__],
+        "label": label, "workload": workload,
         "facts": {k: _plain(v) for k, v in outcome.facts.items()}}
   record["load_average"].append(round(os.getloadavg()[0], 2))
   if argv[:1] == ["--json"]:

@@ -1,31 +1,33 @@
-"""docs/MIGRATION.md stays true to the code: drift, names, --show-diff.
+"""docs/MIGRATION.md stays true to the code and the measurements.
 
-Negative controls work on copies of the repo under tmp_path; the checkout
-itself is never modified.
+Drift (regions, names, paths, anchors, figures), the tables derived from the
+strategy registry and compare's report, the collective counts the guide's
+recipe uses, and --show-diff. Negative controls work on copies of the repo
+under tmp_path; the checkout itself is never modified.
 """
 
-import importlib.util
+import json
 import pathlib
+import re
 import shutil
-import sys
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+from jax import lax
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
+from compare import hlo
 from compare import show_diff
+from docs import build_guide as guide
+from docs.guide import figures
+from docs.guide import measure as measuring
+from docs.guide import tables
+from docs.guide.sources import source
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def _load(name):
-  spec = importlib.util.spec_from_file_location(f"shardport_docs_{name}",
-                                                ROOT / "docs" / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
-  return module
-
-
-guide = _load("build_guide")
 
 
 @pytest.fixture(name="copy")
@@ -43,27 +45,52 @@ def _edit(path, old, new):
   path.write_text(text.replace(old, new, 1))
 
 
+@pytest.mark.jax010  # it says which jax 0.10 names are gone
 def test_guide_is_up_to_date_with_the_code():
   assert guide.check(ROOT) == [], (
       "run `python docs/build_guide.py` and commit docs/MIGRATION.md")
 
 
 def test_every_region_the_template_names_exists():
-  template = (ROOT / guide.TEMPLATE).read_text()
+  template = guide.template_text(ROOT)
   refs = [ref for line in template.splitlines()
-          if (m := guide._DIRECTIVE.match(line)) and m.group(1) != "table"
+          if (m := guide._DIRECTIVE.match(line)) and m.group(1) in (  # pylint: disable=protected-access
+              "code", "diff")
           for ref in m.group(2).split()]
   assert any("#dp-train-step" in ref for ref in refs)
   for ref in refs:
-    text, _ = guide._source(ROOT, ref)
+    text, _ = source(ROOT, ref)
     assert text.strip(), ref
 
 
 def test_every_name_and_path_the_template_mentions_exists():
-  template = (ROOT / guide.TEMPLATE).read_text()
+  template = guide.template_text(ROOT)
   assert guide.check_references(ROOT, template) == []
-  for dotted in guide._LINK.findall(template):
+  for dotted in guide._LINK.findall(template):  # pylint: disable=protected-access
     assert guide.project_file(ROOT, dotted) is not None, dotted
+
+
+def test_no_figure_in_the_template_is_typed_by_hand():
+  assert figures.unbacked(guide.template_text(ROOT)) == []
+  assert figures.FIGURE.search(guide.template_text(ROOT))
+
+
+def test_every_figure_names_its_workload_and_source():
+  text = (ROOT / guide.OUTPUT).read_text()
+  marks = re.findall(r"<sup>\[([^\]]+)\]\(#(m-[\w-]+)\)</sup>", text)
+  assert len(marks) >= 10
+  for label, anchor in marks:
+    entry = next(line for line in text.splitlines()
+                 if f'<a id="{anchor}"></a>' in line)
+    assert f"**{label}**" in entry and "--measure" in entry, entry
+
+
+def test_the_contents_list_every_section():
+  text = (ROOT / guide.OUTPUT).read_text()
+  contents = text.split("## <a id=\"pins\">")[0]
+  for anchor in re.findall(r"^#{2,3} <a id=\"([\w-]+)\"></a>", text, re.M):
+    if anchor != "contents":
+      assert f"](#{anchor})" in contents, anchor
 
 
 def test_drift_check_fails_when_a_shown_region_changes(copy):
@@ -72,6 +99,14 @@ def test_drift_check_fails_when_a_shown_region_changes(copy):
         "check_vma=True)")
   assert any("stale" in p for p in guide.check(copy))
   assert guide.main(["--check", "--root", str(copy)]) == 1
+
+
+def test_drift_check_fails_when_a_measurement_changes(copy):
+  file = copy / guide.MEASURED / "traps.json"
+  record = json.loads(file.read_text())
+  record["traps"]["scan_trap"]["facts"]["slowdown"] += 1.0
+  file.write_text(json.dumps(record))
+  assert any("stale" in p for p in guide.check(copy))
 
 
 def test_drift_check_fails_when_a_tag_disappears(copy):
@@ -93,8 +128,15 @@ def test_drift_check_fails_on_an_unbalanced_region(copy):
     ("~~`jax.jit`~~ is gone.", "is gone"),
     ("Open `sharded/no_such_file.py`.", "no path"),
     ("<!-- code: sharded/data_parallel.py#no-such-tag -->", "no-such-tag"),
+    ("The loop is 6× slower.", "typed by hand"),
+    ("It differs by 4e-7 at most.", "typed by hand"),
+    ("It uses 1.4 MiB.", "typed by hand"),
+    ("It is {{traps/scan_trap/no_such_fact:.1f}}× slower.", "is not in"),
+    ("It is {{no_such_file/x:.1f}}× slower.", "no measurement"),
+    ("See [there](#no-such-anchor).", "missing anchor"),
+    ("See [the notes](no-such-notes.md).", "link to missing"),
 ])
-def test_a_wrong_name_in_the_template_is_caught(copy, line, complaint):
+def test_a_wrong_line_in_the_template_is_caught(copy, line, complaint):
   with open(copy / guide.TEMPLATE, "a") as f:
     f.write(f"\n{line}\n")
   problems = guide.check(copy)
@@ -108,51 +150,158 @@ def test_names_are_resolved_in_the_source_not_guessed():
   assert guide.project_file(ROOT, "sharded.devices.placement.x") is None
   assert guide.library_exists("lax.pmean")
   assert not guide.library_exists("jax.tree_map")
-  assert not guide.library_exists("jax.device_put_replicated")
   assert not guide.library_exists("jax.experimental.optimizers")
 
 
-def test_measured_table_renders_json_or_says_how(copy):
-  shutil.rmtree(copy / guide.MEASURED, ignore_errors=True)
-  assert "--json docs/measured" in guide.measured_table(copy)
+def _report(windows_pmap, windows_shard_map):
+  run = lambda w: {"examples_per_s": float(np.median(w)),
+                   "examples_per_s_spread": [min(w), max(w)],
+                   "window_examples_per_s": w, "compile_s": 1.5,
+                   "final_loss": 64.0, "test_accuracy": 0.5,
+                   "collectives": {"all-reduce": 1},
+                   "memory": {"temp_bytes": 2 ** 20}}
+  return {"strategy": "data_parallel", "workload": "cnn",
+          "dataset": "digits", "platform": "cpu", "devices": 8,
+          "processes": 1, "jax_version": "0.10.2", "steps": 20,
+          "global_batch": 256, "seed": 0, "date": "2026-01-02",
+          "load_average": [1.0, 2.0, 3.0], "pmap_runtime": "jit(shard_map)",
+          "runs": {"pmap": run(windows_pmap),
+                   "shard_map": run(windows_shard_map)},
+          "equivalence": [], "verdict": "pass"}
+
+
+def test_measured_table_is_compares_report_or_says_how(copy):
+  shutil.rmtree(copy / guide.MEASURED)
+  assert "--measure data_parallel" in guide.measured_table(copy)
   (copy / guide.MEASURED).mkdir()
+  report = _report([5000.0, 5100.0, 4900.0], [5000.0, 5050.0, 4950.0])
   (copy / guide.MEASURED / "data_parallel.json").write_text(
-      '{"schema": 1, "strategy": "data_parallel", "workload": "cnn", '
-      '"dataset": "digits", "platform": "cpu", "devices": 8, '
-      '"processes": 1, "jax_version": "0.10.2", "steps": 20, '
-      '"global_batch": 256, "seed": 0, "date": "2026-01-02", '
-      '"runs": {"pmap": {"examples_per_s": 5000.0, '
-      '"examples_per_s_spread": [4900, 5100], "compile_s": 1.5, '
-      '"final_loss": 0.25, "collectives": {"all-reduce": 1}, '
-      '"memory": {"temp_bytes": 1048576}}}, "equivalence": [], '
-      '"verdict": "pass"}')
+      json.dumps(report))
   table = guide.measured_table(copy)
   assert "jax 0.10.2" in table and "2026-01-02" in table
-  assert "| pmap | 5,000 | 4,900–5,100 | 1.50 | 1 | - | 1.00 |" in table
+  assert "load average 1.0/2.0/3.0" in table
+  from compare import report as compare_report  # pylint: disable=g-import-not-at-top
+  for row in compare_report.run_rows(report):  # compare's own rendering
+    assert "| " + " | ".join(row) + " |" in table
+  assert "temp MiB" in table
+  assert "per example it is final loss × 8/256 (e.g. 2.0000)" in table
 
 
-def _programs():
-  return [p for p in show_diff.PROGRAMS
+def test_the_throughput_sentence_comes_from_the_windows():
+  same = tables.throughput_sentence(_report([100.0, 110, 90, 105],
+                                            [104.0, 106, 93, 101]))
+  assert "no measurable difference" in same
+  faster = tables.throughput_sentence(_report([100.0, 110, 90, 105],
+                                              [120.0, 133, 108, 126]))
+  assert "**shard_map is faster by 20%**" in faster
+  slower = tables.throughput_sentence(_report([120.0, 132, 108, 126],
+                                              [100.0, 110, 90, 105]))
+  assert "**pmap is faster by 20%**" in slower
+
+
+def test_tolerance_table_and_programs_come_from_the_registry(copy):
+  class Tiny:  # what a new strategy brings: no docs edited
+    program = "tiny"
+    tolerances = {"first_step": type("T", (), {"rtol": 2e-5, "atol": 3e-5,
+                                               "reason": "measured tiny"})()}
+    calibration_multiple = 4.0
+    calibration_reason = "tiny calibration"
+
+  registry = {**tables.strategies(), "tiny": Tiny()}
+  table = guide.tolerance_table(registry)
+  assert "| tiny | first step | 2e-05 | 3e-05 | measured tiny |" in table
+  assert "4× the calibration curve" in table
+  names = [line.split(" | ")[0][2:] for line in table.splitlines()[2:]]
+  assert list(dict.fromkeys(names)) == list(registry)  # the registry's order
+  programs = guide._programs(copy, registry)  # pylint: disable=protected-access
+  assert "--show-diff tiny" in programs
+  order = [programs.index(f'id="program-{name}"') for name in
+           tables.strategies()]
+  assert order == sorted(order)
+
+
+def test_link_if_exists_points_at_the_file_once_written(copy):
+  path = "docs/moving-a-running-job.md"
+  assert "not written yet" in guide._link_if_exists(copy, path)  # pylint: disable=protected-access
+  (copy / path).write_text("# Moving a running job\n")
+  assert "[Moving a running job](../docs/moving-a-running-job.md)" in (
+      guide._link_if_exists(copy, path))  # pylint: disable=protected-access
+
+
+def _rolled_step():
+  mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Auto,))
+  x = jax.device_put(np.ones((4, 64, 3), np.float32),
+                     NamedSharding(mesh, P(None, "data")))
+  w = jax.device_put(np.ones(3, np.float32), NamedSharding(mesh, P()))
+
+  def accumulate(w, x):  # under jit: an all-reduce per microbatch
+    def body(acc, xb):
+      return acc + jax.grad(lambda w: jnp.sum((xb @ w) ** 2))(w), None
+    return lax.scan(body, jnp.zeros(3), x)[0]
+
+  return jax.jit(accumulate).lower(w, x).compile().as_text()
+
+
+def test_collective_counts_follow_rolled_loops():
+  text = _rolled_step()
+  assert hlo.count_collectives(text)["all-reduce"] == 1  # written once
+  run = hlo.executed(text)
+  assert run.collectives["all-reduce"] == 4  # run once per microbatch
+  assert run.loops == [{"body": run.loops[0]["body"], "trip_count": 4}]
+  assert run.all_reduce_bytes == 4 * 3 * 4  # four f32[3]
+  assert run.unknown == []
+  by_computation = hlo.collectives_by_computation(text)
+  assert list(by_computation.values()) == [1]
+  assert hlo.ENTRY not in by_computation  # it is in the loop body
+
+
+def test_collective_counts_say_where_they_are_static():
+  mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Auto,))
+  x = jax.device_put(np.ones(64, np.float32), NamedSharding(mesh, P("data")))
+
+  def until(x, n):  # a while loop whose trip count is data
+    body = lambda c: (c[0] + 1, c[1] + lax.psum(jnp.sum(x) * c[1], "data"))
+    return lax.while_loop(lambda c: c[0] < n, body, (0, 1.0))[1]
+
+  step = jax.jit(jax.shard_map(until, mesh=mesh, in_specs=(P("data"), P()),
+                               out_specs=P()))
+  run = hlo.executed(step.lower(x, 3).compile().as_text())
+  assert run.loops[0]["trip_count"] is None
+  assert run.unknown and "no known trip count" in run.unknown[0]
+
+
+def _hunks(diff):
+  hunks, current = [], []
+  for line in diff.splitlines()[2:] + [" "]:
+    if line[:1] in "-+":
+      current.append(line[1:])
+    elif current:
+      hunks, current = hunks + [current], []
+  return hunks
+
+
+_PARALLELISM = re.compile(
+    r"pmap|shard|mesh|P\(|replica|device|jit|axis|pmean|psum|placement|"
+    r"variant|VARIANTS|member|spec|collective|stack|vma|static", re.I)
+
+
+def _programs_with_both_backends():
+  return [p for p in show_diff.programs()
           if all((ROOT / b / f"{p}.py").is_file() for b in show_diff.BACKENDS)]
 
 
-def test_data_parallel_has_both_backends():
-  assert "data_parallel" in _programs()
-
-
-@pytest.mark.parametrize("program", _programs())
-def test_program_diff_shows_only_what_changed(program):
+@pytest.mark.parametrize("program", _programs_with_both_backends())
+def test_program_diff_shows_only_the_parallelism(program):
   diff = show_diff.program_diff(program)
-  legacy = (ROOT / "legacy_pmap" / f"{program}.py").read_text().splitlines()
-  sharded = (ROOT / "sharded" / f"{program}.py").read_text().splitlines()
   lines = diff.splitlines()
   assert lines[0] == f"--- a/legacy_pmap/{program}.py"
   assert lines[1] == f"+++ b/sharded/{program}.py"
-  removed = [l[1:] for l in lines[2:] if l.startswith("-")]
-  added = [l[1:] for l in lines[2:] if l.startswith("+")]
-  assert removed and added
-  assert set(removed) <= set(legacy) and set(added) <= set(sharded)
-  assert len(added) < len(sharded)  # the files mirror each other
+  hunks = _hunks(diff)
+  assert hunks
+  for hunk in hunks:  # each change is about parallelism, or an import
+    assert any(_PARALLELISM.search(l) for l in hunk) or all(
+        not l.strip() or l.startswith(("import ", "from ")) for l in hunk), (
+            hunk)
 
 
 def test_program_diff_rejects_unknown_and_missing_programs(tmp_path):
@@ -164,16 +313,9 @@ def test_program_diff_rejects_unknown_and_missing_programs(tmp_path):
     show_diff.program_diff("ensemble", root=tmp_path)
 
 
-def test_show_diff_on_the_command_line(capsys):
-  from compare import cli  # pylint: disable=g-import-not-at-top
-  assert cli.main(["--show-diff", "data_parallel"]) == 0
-  assert "+++ b/sharded/data_parallel.py" in capsys.readouterr().out
-  assert cli.main(["--show-diff", "pipeline"]) == 2
-
-
 def test_prove_port_example_catches_the_gradient_trap():
   import optax  # pylint: disable=g-import-not-at-top
-  prove = _load("prove_port")
+  from docs import prove_port as prove  # pylint: disable=g-import-not-at-top
   right = prove.verdicts(prove.example())
   assert right["port vs pmap"]["verdict"] == "bitwise"
   assert right["port vs reference"]["verdict"] in ("bitwise", "close")
@@ -187,15 +329,30 @@ def test_prove_port_example_catches_the_gradient_trap():
       "verdict"] == "differ"
 
 
-def test_measure_dates_compares_json(copy, monkeypatch):
-  def fake_compare(cmd, cwd):
+def test_measure_dates_each_file_and_names_its_command(copy, monkeypatch):
+  calls = []
+
+  def fake_run(cmd, cwd, env):
     out = pathlib.Path(cmd[cmd.index("--json") + 1])
     out.write_text('{"strategy": "data_parallel", "verdict": "pass"}')
-    assert cmd[1:4] == ["-m", "compare", "--strategy"] and cwd == copy
+    calls.append(cmd)
+    assert cwd == copy and str(copy) in env["PYTHONPATH"]
     return 0
-  monkeypatch.setattr(guide.subprocess, "call", fake_compare)
+
+  monkeypatch.setattr(measuring.subprocess, "call", fake_run)
   assert guide.measure("data_parallel", copy) == 0
-  written = (copy / guide.MEASURED / "data_parallel.json").read_text()
-  assert '"date": "20' in written and '"verdict": "pass"' in written
-  assert '"load_average"' in written
-  assert "load average" in guide.measured_table(copy)
+  assert calls[-1][1:4] == ["-m", "compare", "--strategy"]
+  written = json.loads((copy / guide.MEASURED / "data_parallel.json")
+                       .read_text())
+  assert written["date"].startswith("20") and written["verdict"] == "pass"
+  assert written["command"] == ("python docs/build_guide.py --measure "
+                                "data_parallel")
+  assert "load_average" in written
+  assert guide.measure("traps", copy) == 0
+  assert calls[-1][1] == "docs/traps.py"
+
+
+def test_measure_rejects_an_unknown_target(capsys):
+  with pytest.raises(SystemExit):
+    guide.main(["--measure", "no_such_target"])
+  assert "choose from" in capsys.readouterr().err

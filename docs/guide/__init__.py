@@ -1,0 +1,19 @@
+"""The guide's builder, by concern (`docs/build_guide.py` is its command line).
+
+- `sources`: tagged regions, definitions and diffs pulled from the code.
+- `references`: every name, path, link and anchor the guide mentions, checked.
+- `figures`: the measurement files and the `{{...}}` figures drawn from them.
+- `tables`: the tables rendered from the registry and the measurements.
+- `measure`: `--measure TARGET`, which regenerates a measurement file.
+"""
+
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TEMPLATE = "docs/MIGRATION.template.md"
+OUTPUT = "docs/MIGRATION.md"
+MEASURED = "docs/measured"
+
+
+class GuideError(ValueError):
+  """A tag, name, path, figure or directive the template names is wrong."""

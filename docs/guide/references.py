@@ -1,0 +1,121 @@
+"""Every name, path, link and anchor the guide mentions, checked.
+
+Outside fenced blocks, `[[pkg.module.name]]` becomes a link to its file, and
+every inline-code reference is checked: project names (`sharded.devices.
+placement`) must be defined in the source, library names (`jax.shard_map`)
+must import, names struck through (~~`jax.tree_map`~~) must NOT exist (the
+guide says they are gone), and paths (`sharded/devices.py`) must exist.
+In the built guide every `(#anchor)` link must land on an anchor.
+"""
+
+import ast
+import importlib
+import re
+
+from docs.guide import TEMPLATE
+from docs.guide import GuideError
+from docs.guide.sources import defines
+
+PROJECT = ("legacy_pmap", "sharded", "compare", "workloads", "docs")
+PATH_ROOTS = (*PROJECT, "tests", ".ci", "constraints")
+LIBRARIES = {"jax": "jax", "lax": "jax.lax", "jnp": "jax.numpy",
+             "flax": "flax", "jax_utils": "flax.jax_utils", "optax": "optax",
+             "orbax": "orbax"}
+
+LINK = re.compile(r"\[\[([\w.]+)\]\]")
+_SPAN = re.compile(r"(~~)?`([^`\n]+)`(~~)?")
+_NAME = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+_PATH = re.compile(r"^[\w.-]+(?:/[\w.-]+)+/?$")
+_MDLINK = re.compile(r"\]\((?!https?:|#|mailto:)([^)#\s]+)(?:#[^)]*)?\)")
+_ANCHOR_LINK = re.compile(r"\]\(#([\w-]+)\)")
+_ANCHOR = re.compile(r"<a id=\"([\w-]+)\"></a>")
+
+
+def project_file(root, dotted):
+  """The source file defining project name `dotted`, or None if undefined."""
+  parts = dotted.split(".")
+  for i in range(len(parts), 0, -1):
+    base = root.joinpath(*parts[:i])
+    file = base.with_suffix(".py") if i > 1 or not base.is_dir() else None
+    if file is None or not file.is_file():
+      file = base / "__init__.py" if (base / "__init__.py").is_file() else None
+    if file is None and base.is_dir() and i == len(parts):
+      return base  # a namespace directory such as `docs`
+    if file is None:
+      continue
+    body = ast.parse(file.read_text()).body
+    for name in parts[i:]:
+      node = defines(body, name)
+      if node is None:
+        return None
+      body = node.body if isinstance(node, ast.ClassDef) else []
+    return file
+  return None
+
+
+def library_exists(dotted):
+  """Whether `dotted` (e.g. `jax.shard_map`, `lax.pmean`) resolves."""
+  first, *rest = dotted.split(".")
+  parts = LIBRARIES[first].split(".") + rest
+  for i in range(len(parts), 0, -1):
+    try:
+      obj = importlib.import_module(".".join(parts[:i]))
+    except ImportError:
+      continue
+    try:
+      for name in parts[i:]:
+        obj = getattr(obj, name)
+    except AttributeError:  # removed names raise it, some with a message
+      return False
+    return True
+  return False
+
+
+def prose_lines(text):
+  """(number, line) of every line outside fenced blocks."""
+  fenced = False
+  for number, line in enumerate(text.splitlines(), 1):
+    if line.lstrip().startswith("```"):
+      fenced = not fenced
+      continue
+    if not fenced:
+      yield number, line
+
+
+def check_references(root, text):
+  """Problems with the names, paths and links in markdown outside fences."""
+  problems = []
+  for number, line in prose_lines(text):
+    for target in _MDLINK.findall(line):
+      if not (root / "docs" / target).resolve().exists():
+        problems.append(f"line {number}: link to missing {target}")
+    for struck, span, _ in _SPAN.findall(line):
+      name = _NAME.match(span)
+      if (_PATH.match(span) and span.split("/")[0] in PATH_ROOTS
+          and not (root / span).exists()):
+        problems.append(f"line {number}: no path {span}")
+      elif name and name.group(0).split(".")[0] in PROJECT:
+        if project_file(root, name.group(0)) is None:
+          problems.append(f"line {number}: {name.group(0)} is not defined")
+      elif name and name.group(0).split(".")[0] in LIBRARIES:
+        if library_exists(name.group(0)) != (not struck):
+          claim = "is gone" if struck else "exists"
+          problems.append(f"line {number}: the guide says "
+                          f"{name.group(0)} {claim}; it does not")
+  return problems
+
+
+def check_anchors(text):
+  """`(#anchor)` links in the built guide that land on no anchor."""
+  anchors = set(_ANCHOR.findall(text))
+  return [f"link to missing anchor #{name}"
+          for name in sorted(set(_ANCHOR_LINK.findall(text)) - anchors)]
+
+
+def link(root, match):
+  """`[[pkg.module.name]]` as a markdown link to the file defining it."""
+  dotted = match.group(1)
+  file = project_file(root, dotted)
+  if file is None:
+    raise GuideError(f"{TEMPLATE}: [[{dotted}]] is not defined")
+  return f"[`{dotted}`](../{file.relative_to(root).as_posix()})"

@@ -1,0 +1,197 @@
+"""Tables the guide renders from the strategy registry and the measurements.
+
+- `<!-- table: measured -->`: each strategy's `python -m compare` report, in
+  the registry's order, rendered by compare's own report functions
+  (`compare.report`), plus the throughput sentence from its windows.
+- `<!-- table: tolerances -->`: each strategy's tolerances and reasons.
+- `<!-- table: errors -->`: the index of error messages.
+- `<!-- table: dispatch -->`: time per call of a small step.
+"""
+
+import html
+import json
+
+from compare import report as compare_report
+from docs.guide import MEASURED
+from docs.guide import GuideError
+from docs.guide.figures import DispatchSource
+
+# Reports whose final loss is the classic one: summed over each device's
+# examples, averaged over devices (workloads.registry.Workload.loss), unless
+# the report states its own `loss_convention`. The ensemble's members each
+# report the mean over the whole batch.
+SUMMED_LOSS = {"workloads": ("cnn", "linear512"),
+               "strategies": ("data_parallel", "accumulation")}
+
+
+def strategies():
+  """The registry, in the guide's order."""
+  from compare.strategies import STRATEGIES  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  return STRATEGIES
+
+
+def _cell(text):
+  return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(head, rows, align=None):
+  """A markdown table; `align` per column: 'l' or 'r' (default: first l)."""
+  align = align or ["l"] + ["r"] * (len(head) - 1)
+  marks = ["---:" if a == "r" else "---" for a in align]
+  return "\n".join("| " + " | ".join(_cell(c) for c in row) + " |"
+                   for row in [head, marks, *rows])
+
+
+def tolerance_table(registry=None):
+  """Each strategy's tolerances, as compare applies them, with the reasons."""
+  registry = strategies() if registry is None else registry
+  rows = []
+  for name, strategy in registry.items():
+    for at, tol in getattr(strategy, "tolerances", {}).items():
+      rows.append([name, at.replace("_", " "), f"{tol.rtol:g}",
+                   f"{tol.atol:g}", getattr(tol, "reason", "")])
+    multiple = getattr(strategy, "calibration_multiple", None)
+    if multiple is not None:
+      rows.append([name, "final, calibrated", "-", f"{multiple:g}× the "
+                   "calibration curve",
+                   getattr(strategy, "calibration_reason", "")])
+  return markdown_table(["strategy", "check", "rtol", "atol (× max\\|leaf\\|)",
+                         "why"], rows, ["l", "l", "r", "r", "l"])
+
+
+def throughput_sentence(report):
+  """'no measurable difference' or 'X is faster by N%', from the windows.
+
+  The windows time every run back to back, so each window's ratio cancels
+  the machine's drift; a difference counts when the interquartile range of
+  those ratios excludes 1.
+  """
+  ratio = compare_report.throughput_ratio(report)
+  if ratio is None:
+    return None
+  lo, hi = ratio["quartiles"]
+  how = (f"shard_map/pmap examples/s window by window: median "
+         f"{ratio['median']:.3f}, quartiles {lo:.3f}–{hi:.3f}, over "
+         f"{len(report['runs']['pmap']['window_examples_per_s'])} windows")
+  if lo <= 1 <= hi:
+    return f"shard_map against pmap: **no measurable difference** ({how})."
+  faster, by = (("shard_map", ratio["median"] - 1) if lo > 1
+                else ("pmap", 1 / ratio["median"] - 1))
+  return f"**{faster} is faster by {by:.0%}** ({how})."
+
+
+def _loss_note(report):
+  if report.get("loss_convention"):
+    return f" Final loss: {report['loss_convention']}."
+  if (report.get("workload") not in SUMMED_LOSS["workloads"] or
+      report.get("strategy") not in SUMMED_LOSS["strategies"]):
+    return ""
+  runs = [r for r in report["runs"].values()
+          if isinstance(r.get("final_loss"), (int, float))]
+  if not runs:
+    return ""
+  per = report["devices"] / report["global_batch"]
+  return (f" Final loss is the classic program's: summed over each "
+          f"device's {report['global_batch'] // report['devices']} examples, "
+          f"averaged over devices; per example it is final loss × "
+          f"{report['devices']}/{report['global_batch']} (e.g. "
+          f"{runs[0]['final_loss'] * per:.4f}).")
+
+
+def _load(report):
+  load = report.get("load_average")
+  if not load:
+    return ""
+  if len(load) == 3:
+    return f", load average {load[0]}/{load[1]}/{load[2]} (1/5/15 min)"
+  return f", 1-min load average {load[0]} before and {load[-1]} after"
+
+
+def report_block(name, report):
+  """One strategy's measured report, rendered by compare.report."""
+  try:
+    rows = compare_report.run_rows(report)
+    verdicts = compare_report.verdict_lines(report)
+    head = compare_report.header(report)
+  except (KeyError, TypeError, ValueError) as err:
+    return (f"**{name}**: [`{MEASURED}/{name}.json`](measured/{name}.json) is "
+            f"in a format this compare does not render ({type(err).__name__}"
+            f": {err}): re-measure with `python docs/build_guide.py "
+            f"--measure {name}`.")
+  out = [f"<a id=\"measured-{name}\"></a>**{name}**: {head}; measured "
+         f"{str(report.get('date', 'date not recorded'))[:10]}"
+         f"{_load(report)} ([`{MEASURED}/{name}.json`](measured/{name}.json))."
+         + _loss_note(report), "",
+         markdown_table(list(compare_report.COLUMNS), rows)]
+  sentence = throughput_sentence(report)
+  if sentence:
+    out += ["", sentence]
+  out += ["", "```text", *verdicts, f"verdict: {report.get('verdict', '?')}",
+          "```"]
+  return "\n".join(out)
+
+
+def measured_table(root, registry=None):
+  """Every strategy's measured report, in the registry's order."""
+  registry = strategies() if registry is None else registry
+  blocks = []
+  for name in registry:
+    file = root / MEASURED / f"{name}.json"
+    if file.is_file():
+      blocks.append(report_block(name, json.loads(file.read_text())))
+  if not blocks:
+    return ("*No measurements yet.* Generate them with `python "
+            "docs/build_guide.py " + " ".join(f"--measure {n}" for n in
+                                              registry) +
+            "`, which runs `python -m compare --strategy STRATEGY --devices 8 "
+            f"--json {MEASURED}/STRATEGY.json` for each and rebuilds this "
+            "guide.")
+  return "\n\n".join(blocks)
+
+
+def errors_table(root):
+  """The index of error messages: what you wrote, what JAX prints, the fix."""
+  from docs import errors  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  file = root / MEASURED / "errors.json"
+  if not file.is_file():
+    raise GuideError(f"no {MEASURED}/errors.json: run `python "
+                     "docs/build_guide.py --measure errors`")
+  record = json.loads(file.read_text())
+  rows = []
+  for case in errors.CASES:
+    if case.id not in record["messages"]:
+      raise GuideError(f"{MEASURED}/errors.json has no message for "
+                       f"{case.id}: run `python docs/build_guide.py --measure "
+                       "errors`")
+    rows.append([f"<a id=\"err-{case.id}\"></a>{case.idiom}",
+                 quoted(record["messages"][case.id]), f"[fix]({case.fix})"])
+  return (f"What jax {record['jax_version']} prints, first line, recorded by "
+          f"`python docs/build_guide.py --measure errors` "
+          f"([`{MEASURED}/errors.json`](measured/errors.json)):\n\n"
+          + markdown_table(["what you wrote", "what JAX prints", "fix"],
+                           rows, ["l", "l", "l"]))
+
+
+def quoted(message):
+  """A message as the index shows it: literal, in a table cell."""
+  return f"<code>{html.escape(message, quote=False)}</code>"
+
+
+def dispatch_table(root):
+  """Microseconds per call of a small step: pmap, jit(shard_map), jit."""
+  file = root / MEASURED / "dispatch.json"
+  if not file.is_file():
+    raise GuideError(f"no {MEASURED}/dispatch.json: run `python "
+                     "docs/build_guide.py --measure dispatch`")
+  source = DispatchSource("dispatch", json.loads(file.read_text()))
+  values, rows = source.values(), []
+  for size, entry in source.data["sizes"].items():
+    runs = entry["runs"]
+    rows.append([f"{size}: {entry['features']} features, "
+                 f"{entry['examples_per_device']} examples/device",
+                 *(f"{runs[r]['us_per_call']:.0f} ({runs[r]['us_per_call_spread'][0]:.0f}–"
+                   f"{runs[r]['us_per_call_spread'][1]:.0f})" for r in runs),
+                 f"{values[size]['pmap_over_shard_map']:.2f}"])
+  head = ["step", *(f"{r} µs/call (spread)" for r in runs),
+          "pmap / shard_map (median of window ratios)"]
+  return markdown_table(head, rows)
