@@ -44,6 +44,44 @@ def fetch(tree):
   return jax.tree.map(lambda x: x[0], jax.device_get(tree))
 
 
+# region: restore-placement
+def to_checkpoint(tree):
+  """The replicated tree as a checkpoint holds it: one copy, no device axis.
+
+  Replica 0 of each leaf on the host, as `unreplicate` then `device_get`
+  would give it, with one transfer per leaf and no collective.
+  """
+  return jax.tree.map(lambda x: np.asarray(x.addressable_shards[0].data)[0],
+                      tree)
+
+
+def checkpoint_target(tree):
+  """Orbax restore targets for `tree`'s leaves, without the device axis.
+
+  Each leaf is restored whole onto every device that holds a replica of it
+  in `tree` (`P()` over pmap's devices), ready for `from_checkpoint`.
+  """
+  def target(x):
+    return jax.ShapeDtypeStruct(x.shape[1:], x.dtype,
+                                sharding=jax.sharding.NamedSharding(
+                                    x.sharding.mesh, jax.P()))
+  return jax.tree.map(target, tree)
+
+
+def from_checkpoint(tree, like):
+  """A restored tree in pmap's layout: a leading device axis, like `like`.
+
+  One program over the whole tree gives each device's copy the leading axis
+  of its own row (`like`'s shardings): nothing moves between devices.
+  """
+  shardings = jax.tree.map(lambda x: x.sharding, like)
+  stack = jax.jit(lambda t: jax.tree.map(
+      lambda x, l: jax.numpy.broadcast_to(x, l.shape), t, like),
+                  out_shardings=shardings)
+  return stack(tree)
+# endregion
+
+
 ENSEMBLE_AXIS = "ensemble"
 
 

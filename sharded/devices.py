@@ -43,6 +43,25 @@ def fetch(tree):
   return jax.device_get(tree)
 
 
+# region: restore-placement
+def to_checkpoint(tree):
+  """The tree as a checkpoint holds it: already one copy (`P()`), as is."""
+  return tree
+
+
+def checkpoint_target(tree):
+  """Orbax restore targets: each leaf's own shape and `NamedSharding`."""
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+      x.shape, x.dtype, sharding=x.sharding), tree)
+
+
+def from_checkpoint(tree, like):
+  """A restored tree: Orbax already placed it on `like`'s shardings."""
+  del like
+  return tree
+# endregion
+
+
 ENSEMBLE_AXIS = "ensemble"
 
 

@@ -10,7 +10,7 @@ from compare import protocol
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROGRAMS = sorted(p.stem for p in (ROOT / "sharded").glob("*.py")
-                  if p.stem not in ("__init__", "devices"))
+                  if p.stem not in ("__init__", "devices", "train"))
 API = [name for name in vars(protocol.StrategyModule)
        if not name.startswith("_")]
 

@@ -1,0 +1,100 @@
+"""The command line both backends' train.py share: options, checks, exit codes.
+
+`python -m legacy_pmap.train` / `python -m sharded.train` take compare's run
+options (`compare.options`) plus `--workdir`, `--eval-every`,
+`--checkpoint-every` and `--max-to-keep`. Exit 0 when the run finished, 2 on
+bad usage or input (one line on stderr, `train: error: ...`): options,
+devices, the workdir, or a checkpoint there written by another run, all
+found before anything compiles (replicas of a classic checkpoint that
+differ are found as it is restored, before the first step). The caller sets
+the emulated device count before this module is imported: the registry
+imports jax.
+"""
+
+import sys
+
+from compare import checkpoints
+from compare import options
+from compare import strategies
+
+EXIT_DONE, EXIT_USAGE = 0, 2
+
+
+def build_parser(backend: str) -> options.Parser:
+  """The training program's parser: compare's run options and its own."""
+  parser = options.Parser(prog=f"python -m {backend}.train",
+                          description=__doc__.split("\n")[0])
+  options.add_run_options(parser, tuple(strategies.STRATEGIES))
+  add = parser.add_argument
+  add("--workdir", required=True,
+      help="checkpoints, metrics.jsonl and result.json go here; a run "
+           "started again resumes from its newest complete checkpoint")
+  add("--eval-every", type=int, default=None,
+      help="steps between test evaluations (default: the strategy's)")
+  add("--checkpoint-every", type=int, default=50,
+      help="steps between checkpoints; 0: the last step only (always saved)")
+  add("--max-to-keep", type=int, default=3, help="checkpoints kept on disk")
+  return parser
+
+
+def _check(args):
+  options.check_positive(args)
+  for flag, value, least in (("--eval-every", args.eval_every, 1),
+                             ("--checkpoint-every", args.checkpoint_every, 0),
+                             ("--max-to-keep", args.max_to_keep, 1)):
+    if value is not None and value < least:
+      raise options.UsageError(f"{flag} must be at least {least}, got {value}")
+
+
+def _prepare(backend, args):
+  """The job, with every input checked; nothing compiled."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from compare import training  # pylint: disable=g-import-not-at-top
+  from workloads import datasets  # pylint: disable=g-import-not-at-top
+  from workloads import registry  # pylint: disable=g-import-not-at-top
+
+  available = jax.local_device_count()
+  n_devices = args.devices or available
+  if n_devices > available:
+    raise options.UsageError(f"asked for {n_devices} devices, {available} "
+                             "exist")
+  strategy = strategies.get(args.strategy)
+  given = options.run_options(args)
+  workload = registry.get(given.get("workload", strategy.workloads[0]))
+  data = datasets.load(given.get("dataset", workload.dataset), args.data_dir)
+  config = strategy.make_config(given, data)
+  strategy.validate(config, data, n_devices, jax.process_count())
+  schedule = training.Schedule(args.eval_every, args.checkpoint_every,
+                               args.max_to_keep)
+  return training.prepare(backend, strategy, config, args.workdir, data=data,
+                          n_devices=n_devices, schedule=schedule)
+
+
+def _quiet_orbax():
+  """Orbax logs every save at INFO/WARNING through absl: keep stderr ours."""
+  import absl.logging  # pylint: disable=g-import-not-at-top
+  absl.logging.set_verbosity(absl.logging.ERROR)
+
+
+def main(backend: str, argv=None) -> int:
+  """Parses `argv`, trains with `backend`'s modules, returns the exit code."""
+  from compare import training  # pylint: disable=g-import-not-at-top
+  try:
+    args = build_parser(backend).parse_args(argv)
+    _check(args)
+    _quiet_orbax()
+    try:
+      job = _prepare(backend, args)
+    except ValueError as err:  # every input error, before compiling
+      raise options.UsageError(str(err)) from None
+    try:
+      result = training.run(job, progress=sys.stderr.isatty())
+    except (checkpoints.CheckpointError, training.WorkdirError) as err:
+      raise options.UsageError(str(err)) from None
+  except options.UsageError as err:
+    print(f"train: error: {err}", file=sys.stderr)
+    return EXIT_USAGE
+  print(f"step {result['steps']}: test_loss {result['test_loss']:.4g} "
+        f"test_accuracy {result['test_accuracy']} state_digest "
+        f"{result['state_digest'][:16]} ({job.workdir}/result.json)")
+  return EXIT_DONE

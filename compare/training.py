@@ -1,0 +1,350 @@
+"""The loop both backends' train.py run: train, evaluate, checkpoint, resume.
+
+`python -m legacy_pmap.train` and `python -m sharded.train` are this one loop
+over one backend's modules (the strategy's program and `devices`), in the
+style of the flax examples' `train_and_evaluate(config, workdir)`. The
+workdir holds `checkpoints/` (Orbax, `compare.checkpoints`), `metrics.jsonl`
+(one line per evaluation) and, at the end, `result.json`.
+
+A run started again in the same workdir resumes from the newest complete
+checkpoint and takes the batches the uninterrupted run would have taken
+(the batch order depends only on the seed and the step), so it ends with
+the same state bit for bit, whichever backend wrote the checkpoint.
+"""
+
+import dataclasses
+import importlib
+import itertools
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+import jax
+import numpy as np
+import tqdm
+
+from compare import checkpoints
+from compare import report
+from compare import runner
+from compare import strategies
+from compare import timing
+from workloads import batches
+from workloads import datasets
+from workloads import digest
+from workloads import microbatches
+
+
+class WorkdirError(ValueError):
+  """A workdir that cannot hold the run (exit 2)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+  """When a run evaluates and checkpoints.
+
+  Attributes:
+    eval_every: steps between test evaluations (the strategy's default if
+      None); the last step is always evaluated.
+    checkpoint_every: steps between checkpoints; 0 for the last step only,
+      which is always saved.
+    max_to_keep: checkpoints kept on disk (Orbax removes older ones).
+  """
+
+  eval_every: int | None = None
+  checkpoint_every: int = 50
+  max_to_keep: int = 3
+
+
+@dataclasses.dataclass
+class Job:
+  """One run, checked and set up, nothing compiled yet."""
+
+  backend: str
+  strategy: Any
+  config: Any
+  data: Any
+  n_devices: int
+  workdir: str
+  schedule: Schedule
+  module: Any
+  placement: Any
+  layout: checkpoints.Layout
+  record: dict
+  eval_every: int
+
+
+def _path(job, name):
+  return os.path.join(job.workdir, name)
+
+
+def _check_workdir(workdir):
+  """Raises WorkdirError unless files can be created and written in it."""
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=workdir, prefix=".probe") as probe:
+      probe.write(b"\0" * 65536)
+      probe.flush()
+      os.fsync(probe.fileno())
+  except OSError as err:
+    raise WorkdirError(f"--workdir {workdir}: {err.strerror or err}") from None
+
+
+def _peek_newest(job) -> int:
+  """The newest readable checkpoint's step (0 if none), checked against
+  this run: same strategy and config, not past its last step."""
+  manager = checkpoints.open_manager(_path(job, "checkpoints"))
+  try:
+    for step in sorted(manager.all_steps(), reverse=True):
+      try:
+        record = checkpoints.read_record(manager, step)
+      except Exception:  # pylint: disable=broad-except
+        continue  # damaged: restore_newest reports it and falls back
+      checkpoints.check_same_run(record, job.record, step)
+      if step > job.config.steps:
+        raise checkpoints.CheckpointError(
+            f"{job.workdir} holds step {step}, past this run's last step "
+            f"({job.config.steps}): ask for --steps {step} or more")
+      return step
+    return 0
+  finally:
+    manager.close()
+
+
+def prepare(backend: str, strategy, config, workdir: str, *, data,
+            n_devices: int, schedule: Schedule = Schedule()) -> Job:
+  """Checks everything about a run that can be checked before compiling.
+
+  Raises:
+    ValueError: (one line) devices, ensemble size, workdir, or a checkpoint
+      in the workdir written by another run.
+  """
+  strategy = strategies.get(strategy) if isinstance(strategy, str) else strategy
+  module = importlib.import_module(f"{backend}.{strategy.program}")
+  placement = module.make_placement(n_devices)
+  if hasattr(config, "members"):
+    importlib.import_module(f"{backend}.devices").check_members(
+        config.members, placement)
+  calls = strategy.calls_per_step(config, module.VARIANTS[0])
+  _check_workdir(workdir)
+  job = Job(backend, strategy, config, data, n_devices, workdir, schedule,
+            module, placement, checkpoints.Layout.of(module, config, calls),
+            checkpoints.run_record(strategy.name, config, backend, n_devices),
+            schedule.eval_every or strategy.eval_every(
+                config, len(data.train_inputs)))
+  _peek_newest(job)
+  return job
+
+
+def _check_space(job, like):
+  """Raises WorkdirError when the disk cannot hold the checkpoints kept."""
+  tree = {"params": like.params,
+          "opt_state": microbatches.canonical_opt_state(like.opt_state)}
+  targets = job.layout.placement.checkpoint_target(tree)
+  size = sum(np.prod(t.shape) * t.dtype.itemsize
+             for t in jax.tree.leaves(targets))
+  needed = (job.schedule.max_to_keep + 1) * size + 2**20
+  free = shutil.disk_usage(job.workdir).free
+  if free < needed:
+    raise WorkdirError(f"--workdir {job.workdir} has {free / 2**20:.1f} MiB "
+                       f"free; {job.schedule.max_to_keep} checkpoints need "
+                       f"about {needed / 2**20:.1f} MiB")
+
+
+def _log(job, line, progress):
+  del job
+  (tqdm.tqdm.write if progress else print)(line)
+
+
+def _rewind_metrics(path, step):
+  """Drops the lines a killed run logged past `step` (and any torn line)."""
+  if not os.path.exists(path):
+    return
+  kept = []
+  with open(path) as f:
+    for line in f:
+      try:
+        if json.loads(line)["step"] <= step:
+          kept.append(line)
+      except (ValueError, KeyError):
+        continue
+  with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(path),
+                                   delete=False) as f:
+    f.writelines(kept)
+  os.replace(f.name, path)
+
+
+def _restore(job, manager, like, progress):
+  """The state to start from, and what restoring it took."""
+  restored = checkpoints.restore_newest(
+      manager, like, job.layout, job.record,
+      warn=lambda line: print(f"train: {line}", file=sys.stderr))
+  if restored is None:
+    return like, None
+  _rewind_metrics(_path(job, "metrics.jsonl"), restored.step)
+  _log(job, f"resumed from step {restored.step} ({restored.record['backend']}"
+            f", {restored.record['devices']} devices"
+            f"{', one copy per device' if restored.classic else ''}) in "
+            f"{restored.seconds:.2f} s", progress)
+  if (restored.record["devices"] != job.n_devices
+      and not hasattr(job.config, "members")):
+    print(f"train: note: the checkpoint was written on "
+          f"{restored.record['devices']} devices, this run has "
+          f"{job.n_devices}: the state restores bitwise, and from here on "
+          f"the steps follow {job.n_devices} devices' loss normalisation "
+          "(the classic loss sums over each device's batch: "
+          "workloads/registry.py)", file=sys.stderr)
+  return restored.state, restored
+
+
+def _train_metrics(module, metrics):
+  host = module.metrics_to_host(metrics)
+  return {k: float(np.asarray(host[k])) for k in ("loss", "accuracy")
+          if k in host and np.ndim(host[k]) == 0}
+
+
+@dataclasses.dataclass
+class _Stats:
+  """What the loop measured."""
+
+  save_s: list = dataclasses.field(default_factory=list)
+  timed_steps: int = 0
+  timed_s: float = 0.0
+  last_saved: int = 0
+
+
+def _evaluate(job, state, evaluate, test_batch):
+  sums = job.module.metrics_to_host(evaluate(state, test_batch))
+  return job.strategy.summarize(sums, job.config)
+
+
+def _train(job, manager, state, start, progress):
+  """Steps `start`..`config.steps`; evaluates and checkpoints on schedule."""
+  module, config = job.module, job.config
+  step_fn = runner.optimizer_step(
+      module.make_train_step(config, job.placement, module.VARIANTS[0]),
+      job.layout.calls_per_step)
+  evaluate = module.make_evaluate(config, job.placement)
+  test_batch = module.put_batch(batches.test_batch(job.data, job.n_devices),
+                                job.placement)
+  order = itertools.islice(batches.train_batches(
+      job.data, config.seed, config.global_batch, config.steps), start, None)
+  stats, since_eval, began = _Stats(last_saved=start), [], None
+  every, save_every = job.eval_every, job.schedule.checkpoint_every
+  bar = tqdm.tqdm(order, total=config.steps, initial=start, desc=job.backend,
+                  file=sys.stderr, disable=not progress)
+  with open(_path(job, "metrics.jsonl"), "a") as metrics_file:
+    for done, host_batch in enumerate(bar, start + 1):
+      state, metrics = step_fn(state, module.put_batch(host_batch,
+                                                       job.placement))
+      if timing.max_in_flight() == 1:
+        jax.block_until_ready(state)  # queued collectives deadlock CPU
+      since_eval.append(_train_metrics(module, metrics))
+      if done % every == 0 or done == config.steps:
+        line = {"step": done, **{f"train_{k}": float(np.mean(
+            [m[k] for m in since_eval])) for k in since_eval[0]},
+                **_evaluate(job, state, evaluate, test_batch)}
+        metrics_file.write(json.dumps(line) + "\n")
+        metrics_file.flush()
+        _log(job, " ".join(f"{k} {v:.4g}" if isinstance(v, float) else
+                           f"{k} {v}" for k, v in line.items()
+                           if not isinstance(v, list)), progress)
+        since_eval = []
+      if save_every and done % save_every == 0 and done < config.steps:
+        stats.save_s.append(checkpoints.save(manager, done, state,
+                                             job.layout, job.record))
+        stats.last_saved = done
+      if began is None:
+        began = time.perf_counter()  # after the first step: compiled
+      else:
+        stats.timed_steps += 1
+    stats.timed_s = time.perf_counter() - began if began else 0.0
+  bar.close()
+  return state, stats, evaluate, test_batch
+
+
+def run(job: Job, progress: bool = False) -> dict:
+  """Trains the prepared job to its last step; writes and returns the result.
+
+  Raises:
+    checkpoints.CheckpointError, WorkdirError: the workdir's checkpoints or
+      disk do not allow the run (before the first step).
+  """
+  manager = checkpoints.open_manager(_path(job, "checkpoints"),
+                                     job.schedule.max_to_keep)
+  try:
+    like = job.module.create_state(job.config.seed, job.config,
+                                   job.placement)
+    _check_space(job, like)
+    state, restored = _restore(job, manager, like, progress)
+    start = restored.step if restored else 0
+    state, stats, evaluate, test_batch = _train(job, manager, state, start,
+                                                progress)
+    if stats.last_saved < job.config.steps:
+      stats.save_s.append(checkpoints.save(manager, job.config.steps, state,
+                                           job.layout, job.record))
+    wait_start = time.perf_counter()
+    manager.wait_until_finished()
+    wait_s = time.perf_counter() - wait_start
+  finally:
+    manager.close()
+  result = _result(job, state, stats, restored, start, wait_s)
+  result.update(_evaluate(job, state, evaluate, test_batch))
+  report.write_json(result, _path(job, "result.json"))
+  return result
+
+
+def _result(job, state, stats, restored, start, wait_s):
+  steps_run = job.config.steps - start
+  return {
+      "program": f"python -m {job.backend}.train",
+      "backend": job.backend, "variant": job.module.VARIANTS[0],
+      "strategy": job.strategy.name, "workload": job.config.workload,
+      "dataset": job.config.dataset, "devices": job.n_devices,
+      "processes": jax.process_count(), "platform": jax.default_backend(),
+      "steps": job.config.steps, "resumed_from": start if restored else None,
+      "steps_run": steps_run,
+      "state_digest": digest.state_digest(job.module.to_host(state)),
+      "steps_per_s": (stats.timed_steps / stats.timed_s
+                      if stats.timed_s else None),
+      "checkpoint_every": job.schedule.checkpoint_every,
+      "max_to_keep": job.schedule.max_to_keep,
+      "saves": len(stats.save_s),
+      "save_s": float(np.mean(stats.save_s)) if stats.save_s else None,
+      "save_s_max": max(stats.save_s, default=None),
+      "save_wait_s": wait_s,
+      "restore_s": restored.seconds if restored else None,
+      "restored_classic_layout": bool(restored and restored.classic),
+      "damaged_checkpoints": restored.damaged if restored else [],
+      "resumed_from_backend": restored.record["backend"] if restored else None,
+      "resumed_from_devices": restored.record["devices"] if restored else None,
+      "config": job.record["config"],
+  }
+
+
+def train_and_evaluate(backend: str, config, workdir: str, *, strategy,
+                       data=None, data_dir=None, n_devices=None,
+                       schedule: Schedule = Schedule(),
+                       progress: bool = False) -> dict:
+  """Trains `config` with `backend`'s program in `workdir`; returns the result.
+
+  Args:
+    backend: `legacy_pmap` or `sharded`.
+    config: the strategy's config (`strategy.make_config`).
+    workdir: where checkpoints, metrics and the result go; a checkpoint
+      already there is resumed from.
+    strategy: a `compare.strategies` name or Strategy.
+    data: the dataset (loaded from `config.dataset` if None).
+    data_dir: tensorflow-datasets directory, where `data` is None.
+    n_devices: devices to run on (all local devices if None).
+    schedule: evaluation and checkpoint intervals.
+    progress: show a tqdm bar.
+  """
+  data = data or datasets.load(config.dataset, data_dir)
+  job = prepare(backend, strategy, config, workdir, data=data,
+                n_devices=n_devices or jax.local_device_count(),
+                schedule=schedule)
+  return run(job, progress)
