@@ -14,7 +14,6 @@ step is K calls.
 
 import argparse
 import os
-import re
 import sys
 import time
 
@@ -44,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
 import jax
 import numpy as np
 
+from compare import hlo
 from compare.reference import accumulation as reference
 from legacy_pmap import accumulation as legacy
 from legacy_pmap import data_parallel as legacy_dp
@@ -53,21 +53,8 @@ from workloads import batches
 from workloads import configs
 from workloads import datasets
 from workloads import registry
+from workloads import microbatches
 # pylint: enable=g-import-not-at-top,wrong-import-position
-
-_ALL_REDUCE = re.compile(r"\sall-reduce(?:-start)?\(")
-_TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
-
-
-def all_reduces_per_call(hlo_text):
-  """All-reduces one call executes: those in a while body count per trip."""
-  total = 0
-  bodies = dict(re.findall(r"body=(%[\w.\-]+).*?" + _TRIPS.pattern, hlo_text))
-  for computation in re.split(r"\n(?=\S)", hlo_text):
-    count = len(_ALL_REDUCE.findall(computation))
-    name = computation.split(" ", 2)[0]
-    total += count * int(bodies.get(name, 1))
-  return total
 
 
 def _run(name, module, variant, config):
@@ -81,14 +68,16 @@ def _run(name, module, variant, config):
   start = time.perf_counter()
   compiled = step.lower(state, batch).compile()
   compile_s = time.perf_counter() - start
-  calls = getattr(step, "calls_per_step", 1)
+  calls = (microbatches.calls_per_step(config)
+           if hasattr(config, "accum_loop") else 1)
   memory = compiled.memory_analysis()
   for _ in range(2):  # pmap compiles again for its own output's sharding
     state, _ = step(state, batch)
   jax.block_until_ready(state)
   return {"name": name, "step": step, "state": state, "batch": batch,
           "compile_s": compile_s, "rates": [],
-          "all_reduce": all_reduces_per_call(compiled.as_text()) * calls,
+          "all_reduce": hlo.collectives_executed(compiled.as_text())[
+              "all-reduce"] * calls,
           "temp": memory.temp_size_in_bytes,
           "argument": memory.argument_size_in_bytes,
           "output": memory.output_size_in_bytes,

@@ -54,6 +54,7 @@ def test_gradient_trap_is_n_times_too_large():
   assert out.facts["all-reduce wrong"] > out.facts["all-reduce right"] == 1
 
 
+@pytest.mark.jax010
 def test_explicit_mesh_refuses_what_auto_accepts():
   out = traps.explicit_mesh_trap()
   assert out.facts["axis_types"] == (jax.sharding.AxisType.Explicit,)
@@ -87,6 +88,7 @@ def test_reducing_psummed_pmap_outputs_again_counts_n_times():
                              out.facts["mean on host"], rtol=1e-6)
 
 
+@pytest.mark.jax010
 def test_jit_vmap_ensemble_all_gathers_and_shard_map_does_not():
   out = compiler.vmap_ensemble_trap()
   assert out.facts["all-gather wrong"] > 0
@@ -107,6 +109,7 @@ def test_scan_keeps_a_loop_and_slow_conv_layouts_on_cpu():
   assert _allclose(out.right, out.expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.jax010
 def test_naive_reshape_shards_the_microbatch_axis():
   out = compiler.microbatch_reshape_trap()
   assert out.right == out.expected
@@ -138,6 +141,7 @@ def test_every_trap_has_a_workload_for_its_figures():
   assert set(traps.WORKLOADS) == {t.__name__ for t in traps.TRAPS}
 
 
+@pytest.mark.jax010
 def test_nested_pmap_fails_on_jax_0_10_and_the_2d_mesh_computes_it():
   out = idioms.nested_pmap_as_2d_mesh()
   assert isinstance(out["legacy"], ValueError)

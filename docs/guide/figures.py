@@ -210,7 +210,8 @@ def render(root, text, used=None, found=None):
                        f"{value!r} as {spec!r}") from None
     if used is not None:
       used.setdefault((name, group), None)
-    return (f"{shown}{unit or ''}<sup>[{source.label(group)}]"
+    unit = f" {unit}" if unit and unit[0].isalpha() else (unit or "")
+    return (f"{shown}{unit}<sup>[{source.label(group)}]"
             f"(#{anchor(name, group)})</sup>")
 
   return FIGURE.sub(one, text)
