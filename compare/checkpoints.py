@@ -116,7 +116,9 @@ def run_record(strategy: str, config, backend: str, n_devices: int) -> dict:
 def check_same_run(saved: dict, current: dict, step: int) -> None:
   """Raises CheckpointError naming the first setting that differs."""
   pairs = [("strategy", saved.get("strategy"), current["strategy"])]
-  fields = sorted(set(saved["config"]) | set(current["config"]))
+  # In the config's own order (workload first), then fields only saved.
+  fields = [*current["config"],
+            *(k for k in saved["config"] if k not in current["config"])]
   pairs += [(name, saved["config"].get(name), current["config"].get(name))
             for name in fields if name not in MAY_DIFFER]
   for name, there, here in pairs:

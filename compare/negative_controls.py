@@ -22,7 +22,7 @@ _API = tuple(name for name in vars(protocol.StrategyModule)
 def _with(module, **changed):
   """`module`'s strategy API with some functions replaced."""
   return types.SimpleNamespace(
-      **{name: getattr(module, name) for name in _API}, **changed)
+      **{**{name: getattr(module, name) for name in _API}, **changed})
 
 
 def learning_rate_1pct(module, run):

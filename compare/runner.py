@@ -116,9 +116,9 @@ def _evaluate(strategy, run, config, test_batch):
 
 def _runs(strategy, config, n_devices, control):
   active = strategy.active_runs(config, n_devices)
-  runs = [Run(spec.name, spec.module, spec.variant,
-              calls=strategy.calls_per_step(config, spec.name))
-          for spec in strategy.runs if spec.name in active]
+  runs = [Run(run.name, run.module, run.variant,
+              calls=strategy.calls_per_step(config, run.name))
+          for run in strategy.runs if run.name in active]
   if control is not None:
     for run in runs:
       if run.name in strategy.port_runs:
