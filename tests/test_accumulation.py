@@ -246,10 +246,13 @@ def test_one_all_reduce_per_step(run, k, loop):
 # (measured ~0.3, multisteps alike); the unrolled CPU default is scheduled
 # with the K forward passes side by side and saves less (measured ~0.7,
 # docs/accumulation-notes.md).
+# The unrolled saving is XLA 0.10's scheduling: jaxlib 0.9.2 runs the K
+# unrolled passes with no temp saving at all (measured 0.999), hence jax010.
 _TEMP_RATIO = {"auto": 0.8, "scan": 0.5}
 
 
-@pytest.mark.parametrize("loop", list(_TEMP_RATIO))
+@pytest.mark.parametrize("loop", [
+    pytest.param("auto", marks=pytest.mark.jax010), "scan"])
 def test_microbatches_use_less_temp_memory(loop):
   config = _config(4, loop, batch=256)
   full = _lowered("reference", 1, config).memory_analysis()
