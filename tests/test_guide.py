@@ -30,12 +30,21 @@ from docs.guide.sources import source
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+# What the guide reads: the project's packages, its docs, tests and
+# constraints; never virtual environments, data or build outputs.
+_COPIED = ("legacy_pmap", "sharded", "compare", "workloads", "docs", "tests",
+           "constraints", ".ci")
+
+
 @pytest.fixture(name="copy")
 def _copy(tmp_path):
-  """The repo's sources under tmp_path (no .git, no caches)."""
+  """The repo's sources under tmp_path (an allowlist: no venvs, no .git)."""
   root = tmp_path / "repo"
-  shutil.copytree(ROOT, root, ignore=shutil.ignore_patterns(
-      ".git", "__pycache__", "*.egg-info", ".pytest_cache", "venv", ".venv"))
+  root.mkdir()
+  for name in _COPIED:
+    if (ROOT / name).is_dir():
+      shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns(
+          "__pycache__", "*.egg-info", ".pytest_cache", "*.png", "*.orbax*"))
   return root
 
 

@@ -178,3 +178,31 @@ def test_pmap_squeezes_the_device_axis_and_shard_map_keeps_it():
   assert out["pmap axis_index"] == list(range(traps.N))
   assert out["shard_map axis_index"] == list(range(traps.N))
   assert out["pmap out shape"] == out["shard_map out shape"] == (traps.N,)
+
+
+def test_the_ports_avoid_the_traps_the_guide_shows(digits):
+  """The traps above, checked on sharded/ itself, not on examples."""
+  from compare import hlo  # pylint: disable=g-import-not-at-top
+  from sharded import accumulation  # pylint: disable=g-import-not-at-top
+  from sharded import data_parallel  # pylint: disable=g-import-not-at-top
+  from workloads import batches  # pylint: disable=g-import-not-at-top
+  from workloads import configs  # pylint: disable=g-import-not-at-top
+  placement = data_parallel.make_placement(traps.N)
+  # The Explicit trap: the port's mesh is Auto on purpose.
+  assert set(placement.axis_types) == {jax.sharding.AxisType.Auto}
+  shape = dict(dataset=digits.name, input_shape=digits.train_inputs.shape[1:],
+               global_batch=64)
+  host = next(batches.train_batches(digits, 0, 64, 1))
+  for module, config in (
+      (data_parallel, configs.TrainConfig(**shape)),
+      (accumulation, configs.AccumulationConfig(**shape, accum_steps=2,
+                                                accum_loop="scan_unroll"))):
+    state = module.create_state(0, config, placement)
+    batch = module.put_batch(host, placement)
+    for variant in module.VARIANTS:
+      step = module.make_train_step(config, placement, variant)
+      run = hlo.executed(step.lower(state, batch).compile().as_text())
+      # The gradient trap would add all-reduces; a microbatch split that
+      # moved data (the reshape trap) would add all-gathers.
+      assert run.collectives["all-reduce"] == 1, (module.__name__, variant)
+      assert run.collectives["all-gather"] == 0, (module.__name__, variant)

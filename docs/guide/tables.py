@@ -55,7 +55,7 @@ def tolerance_table(registry=None):
       rows.append([name, "final, calibrated", "-", f"{multiple:g}× the "
                    "calibration curve",
                    getattr(strategy, "calibration_reason", "")])
-  return markdown_table(["strategy", "check", "rtol", "atol (× max\\|leaf\\|)",
+  return markdown_table(["strategy", "check", "rtol", "atol (× max|leaf|)",
                          "why"], rows, ["l", "l", "r", "r", "l"])
 
 
