@@ -30,9 +30,21 @@ part install make_venv || exit 1
 python -c 'import jax, flax; print("jax", jax.__version__, "flax", flax.__version__)'
 
 export JAX_PMAP_SHMAP_MERGE=0 SHARDPORT_EXPECT_ORIGINAL_RUNTIME=1
-part tests python -m pytest -p no:cacheprovider \
-  tests/test_ensemble.py tests/test_data_parallel.py \
-  tests/test_accumulation.py tests/test_equivalence.py
+# The pmap ~ shard_map tests on 8 devices, with their negative controls. The
+# whole four files (~10 min on 2 cores) with SHARDPORT_ORIGINAL_FULL=1.
+if [ "${SHARDPORT_ORIGINAL_FULL:-0}" = 1 ]; then
+  tests=(tests/test_ensemble.py tests/test_data_parallel.py
+         tests/test_accumulation.py tests/test_equivalence.py)
+else
+  tests=("tests/test_ensemble.py::test_backends_agree_per_member[8]"
+         tests/test_ensemble.py::test_metrics_agree
+         "tests/test_data_parallel.py::test_sgd_canary_one_step[8]"
+         tests/test_data_parallel.py::test_negative_control_one_changed_example
+         "tests/test_accumulation.py::test_ports_match_reference[4-8]"
+         tests/test_accumulation.py::test_pmap_shard_map_check_fails_on_one_changed_label
+         tests/test_equivalence.py)
+fi
+part tests python -m pytest -p no:cacheprovider "${tests[@]}"
 
 out=$(mktemp -d)
 part "compare data_parallel" python -m compare --strategy data_parallel \
