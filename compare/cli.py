@@ -105,6 +105,7 @@ def _run(args):
           "steps": config.steps, "global_batch": config.global_batch,
           "learning_rate": config.learning_rate, "seed": config.seed,
           "negative_control": args.negative_control,
+          "loss_convention": strategy.loss_convention,
           **strategy.report_fields(config), **result}
   full["throughput_ratio_shard_map_vs_pmap"] = report.throughput_ratio(full)
   print(report.table(full, strategy.report_lines(full)))

@@ -53,7 +53,7 @@ def header(report: dict) -> str:
              if report.get("negative_control") else ""))
 
 
-COLUMNS = ("run", "examples/s", "spread (min-max)", "compile s",
+COLUMNS = ("run", "examples/s", "spread (min-max)", "% peak", "compile s",
            "final loss", "test acc", "all-reduce", "all-gather", "temp MiB")
 
 
@@ -64,9 +64,12 @@ def run_rows(report: dict) -> list[list[str]]:
     lo, hi = run["examples_per_s_spread"]
     collectives = run.get("collectives_per_step", run.get("collectives", {}))
     temp = run.get("memory", {}).get("temp_bytes")
+    peak = report.get("peak_gflops")
+    share = (100 * run["achieved_gflops"] / peak
+             if run.get("achieved_gflops") and peak else None)
     rows.append([
         name, _fmt(run["examples_per_s"], ".0f"),
-        "-" if lo is None else f"{lo:.0f}-{hi:.0f}",
+        "-" if lo is None else f"{lo:.0f}-{hi:.0f}", _fmt(share, ".1f"),
         f"{run['compile_s']:.2f}", f"{run['final_loss']:.4f}",
         _fmt(run.get("test_accuracy"), ".4f"),
         _fmt(collectives.get("all-reduce"), "d"),
@@ -76,7 +79,7 @@ def run_rows(report: dict) -> list[list[str]]:
 
 
 def _runs_table(report):
-  widths = (12, 11, 19, 9, 10, 8, 10, 10, 8)
+  widths = (12, 11, 19, 6, 9, 10, 8, 10, 10, 8)
   line = lambda cells: " ".join(
       f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
       for i, (c, w) in enumerate(zip(cells, widths)))
@@ -129,6 +132,10 @@ def verdict_lines(report: dict) -> list[str]:
 def table(report: dict, strategy_lines: list[str] = ()) -> str:
   """The whole printed report."""
   lines = [header(report), *_runs_table(report)]
+  if report.get("peak_gflops"):
+    lines.append(f"% peak: achieved GFLOP/s (cost analysis x steps/s) over "
+                 f"the f32 matmul peak measured now, "
+                 f"{report['peak_gflops']:.0f} GFLOP/s")
   for name, why in report.get("skipped_runs", {}).items():
     lines.append(f"{name:<12} not run: {why}")
   lines += ["", *_history(report), "", *strategy_lines, *verdict_lines(report)]

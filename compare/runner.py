@@ -21,7 +21,9 @@ import tqdm
 from compare import equivalence
 from compare import hlo
 from compare import timing
+from compare import utilisation
 from compare import verdicts
+from compare.reference import OneDevice
 from workloads import batches
 from workloads import digest
 
@@ -37,6 +39,7 @@ class Run:
   module: object
   variant: str
   calls: int = 1
+  n_devices: int = 1
   permute: bool = False
   placement: object = None
   state: object = None
@@ -90,6 +93,10 @@ def _compile(run, batch):
     compiled = counted.lower(run.state, batch).compile()
     run.compile_s = time.perf_counter() - start
     run.compiled = hlo.describe(compiled)
+    devices = 1 if isinstance(run.placement, OneDevice) else run.n_devices
+    run.compiled["flops_per_step"] = utilisation.flops(compiled, devices)
+    if run.compiled["flops_per_step"] is not None:
+      run.compiled["flops_per_step"] *= run.calls
     executed = run.compiled.get("collectives_per_step_executed",
                                 run.compiled["collectives"])
     run.compiled["collectives_per_step"] = {
@@ -140,6 +147,7 @@ def _runs(strategy, config, n_devices, control):
 def _setup(strategy, config, n_devices, control):
   runs = _runs(strategy, config, n_devices, control)
   for run in runs:
+    run.n_devices = n_devices
     run.placement = run.module.make_placement(n_devices)
     run.state = run.module.create_state(config.seed, config, run.placement)
     run.step = run.module.make_train_step(config, run.placement, run.variant)
@@ -228,7 +236,10 @@ def measure_throughput(runs, config, data, windows: int):
 def _run_report(strategy, config, run, speed):
   summary = {k: v for k, v in run.summary.items()
              if k not in ("step", "train_loss", "train_accuracy")}
-  return {"variant": run.variant, **speed, "compile_s": run.compile_s,
+  gflops = utilisation.achieved(run.compiled.get("flops_per_step"),
+                                speed["examples_per_s"], config.global_batch)
+  return {"variant": run.variant, **speed, "achieved_gflops": gflops,
+          "compile_s": run.compile_s,
           "final_loss": run.losses[-1], **summary, "losses": run.losses,
           **run.compiled, "history": run.history,
           "state_digest": digest.state_digest(run.host),
@@ -259,6 +270,7 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
   speeds = ({run.name: timing.not_timed() for run in runs} if diverged
             else measure_throughput(runs, config, data, windows))
   report = {
+      "peak_gflops": None if diverged else utilisation.peak_gflops(),
       "runs": {run.name: _run_report(strategy, config, run, speeds[run.name])
                for run in runs},
       "calibration": calibration_report,

@@ -70,6 +70,7 @@ class Strategy:
       pair may drift (see `CALIBRATION_MULTIPLE`).
     negative_controls: the mistakes `--negative-control` can plant.
     port_runs: the runs a negative control plants its mistake in.
+    loss_convention: what the reported losses are, in one sentence.
   """
 
   name: ClassVar[str] = ""
@@ -87,6 +88,11 @@ class Strategy:
       "it (docs/verdict-notes.md)")
   negative_controls: ClassVar[tuple[NegativeControl, ...]] = ()
   port_runs: ClassVar[tuple[str, ...]] = ("shard_map", "jit")
+  loss_convention: ClassVar[str] = (
+      "train loss as the classic program reports it: the cross entropy "
+      "summed over each device's batch, averaged over devices (sum / "
+      "n_devices), so it grows with the per-device batch; test loss is the "
+      "mean per example")
 
   # --- configuration and validation -------------------------------------
 

@@ -31,6 +31,8 @@ class Ensemble(Strategy):
   # Seven epochs of the HOWTO's optimiser: the ensemble reaches 94.3% on
   # digits, above its best member (94.0%), measured with the reference.
   defaults = {"epochs": 7}
+  loss_convention = ("each member's mean cross entropy over the batch, "
+                     "averaged over members; test loss likewise")
   runs = (Run("pmap", legacy, "pmap"),
           Run("shard_map", port, "shard_map"),
           Run("reference", reference, "reference"))
