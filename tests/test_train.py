@@ -1,0 +1,381 @@
+"""The training programs: resume, moving a job between backends, faults.
+
+Runs are short (4 steps, a checkpoint every 2) and mostly in-process through
+`main(argv)`; each backend's and strategy's uninterrupted run is made once
+(`finished`) and its step-2 checkpoint stands in for a job stopped there.
+The persistent compilation cache lets the many runs of one program compile
+it once.
+"""
+
+import importlib
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+from jax.experimental.compilation_cache import compilation_cache
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from compare import checkpoints
+from compare import runner
+from compare import strategies
+from compare.reference import data_parallel as reference
+from legacy_pmap import data_parallel as legacy_dp
+from legacy_pmap import train as legacy_train
+from sharded import data_parallel as sharded_dp
+from sharded import train as sharded_train
+from workloads import batches
+from workloads import digest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PROGRAMS = {"legacy_pmap": legacy_train, "sharded": sharded_train}
+OPTIONS = {"data_parallel": {}, "ensemble": {"members": 8},
+           "accumulation": {"accum_loop": "multisteps", "accum_steps": 2}}
+EXTRA = {strategy: [arg for name, value in options.items()
+                    for arg in (f"--{name.replace('_', '-')}", str(value))]
+         for strategy, options in OPTIONS.items()}
+
+
+def _argv(strategy, workdir, steps=4, *extra):
+  return ["--strategy", strategy, "--workdir", str(workdir), "--steps",
+          str(steps), "--checkpoint-every", "2", "--batch-size", "64",
+          "--eval-every", "4", *EXTRA[strategy], *extra]
+
+
+def _train(backend, strategy, workdir, *extra, steps=4):
+  """Runs a program in-process; returns its result.json."""
+  assert PROGRAMS[backend].main(_argv(strategy, workdir, steps, *extra)) == 0
+  return json.loads((pathlib.Path(workdir) / "result.json").read_text())
+
+
+def _stopped_at(workdir, step, into):
+  """A copy of `workdir` as a job stopped right after saving `step` left it."""
+  shutil.copytree(workdir, into)
+  for path in (into / "checkpoints").iterdir():
+    if path.name.isdigit() and int(path.name) > step:
+      shutil.rmtree(path)
+  (into / "result.json").unlink()
+  return into
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compile_once(tmp_path_factory):
+  """A persistent compilation cache for this module's runs, then none."""
+  cache = str(tmp_path_factory.mktemp("xla"))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+  compilation_cache.set_cache_dir(cache)
+  compilation_cache.reset_cache()
+  yield cache
+  jax.config.update("jax_compilation_cache_dir", None)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+  compilation_cache.reset_cache()
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+  """`(backend, strategy) -> workdir` of an uninterrupted 4-step run."""
+  runs = {}
+
+  def get(backend, strategy):
+    if (backend, strategy) not in runs:
+      workdir = tmp_path_factory.mktemp(f"{backend}-{strategy}")
+      _train(backend, strategy, workdir)
+      runs[backend, strategy] = workdir
+    return runs[backend, strategy]
+
+  return get
+
+
+def _config(strategy, data):
+  """The config `_argv` gives the programs, for the Python API."""
+  return strategies.get(strategy).make_config(
+      {"steps": 4, "global_batch": 64, **OPTIONS[strategy]}, data)
+
+
+def _digest(workdir):
+  return json.loads((pathlib.Path(workdir) / "result.json").read_text())[
+      "state_digest"]
+
+
+def _nudged_continuation(backend, strategy, source, data):
+  """Step 2 of `source` with every parameter 1e-6 off, run to step 4."""
+  chosen = strategies.get(strategy)
+  config = _config(strategy, data)
+  module = importlib.import_module(f"{backend}.{chosen.program}")
+  placement = module.make_placement(8)
+  state, _ = checkpoints.resume_into(module, placement, config,
+                                     source / "checkpoints", step=2,
+                                     strategy=strategy)
+  state = state.replace(params=jax.tree.map(lambda x: x * (1 + 1e-6),
+                                            state.params))
+  step = runner.optimizer_step(
+      module.make_train_step(config, placement, module.VARIANTS[0]),
+      chosen.calls_per_step(config, module.VARIANTS[0]))
+  for batch in list(batches.train_batches(data, config.seed, 64, 4))[2:]:
+    state, _ = step(state, module.put_batch(batch, placement))
+    jax.block_until_ready(state)
+  return digest.state_digest(module.to_host(state))
+
+
+@pytest.mark.parametrize("strategy", ["data_parallel", "ensemble",
+                                      "accumulation"])
+def test_a_job_moves_between_backends_bitwise(strategy, finished, tmp_path,
+                                              digits):
+  legacy, port = (finished(b, strategy) for b in ("legacy_pmap", "sharded"))
+  assert _digest(legacy) == _digest(port)  # pmap and shard_map: bitwise
+  for source, target in ((legacy, "sharded"), (port, "legacy_pmap")):
+    workdir = _stopped_at(source, 2, tmp_path / target)
+    result = _train(target, strategy, workdir)
+    assert result["resumed_from"] == 2
+    assert result["resumed_from_backend"] != target
+    assert result["state_digest"] == _digest(legacy)
+  # Negative control: the same continuation from a state 1e-6 off differs.
+  assert _nudged_continuation("sharded", strategy, legacy,
+                              digits) != _digest(legacy)
+
+
+def test_metrics_log_one_line_per_evaluation_after_resume(finished,
+                                                           tmp_path):
+  workdir = _stopped_at(finished("sharded", "data_parallel"), 2, tmp_path / "w")
+  with open(workdir / "metrics.jsonl", "a") as f:
+    f.write('{"step": 3, "train_loss": 1.0}\n{"step": 4, "tr')  # killed
+  _train("legacy_pmap", "data_parallel", workdir, "--eval-every", "1")
+  lines = (workdir / "metrics.jsonl").read_text().splitlines()
+  logged = [json.loads(line) for line in lines]
+  assert [line["step"] for line in logged] == [3, 4]  # step 2 not evaluated
+  assert logged[0]["train_loss"] != 1.0  # the killed run's line is gone
+
+
+def test_an_8_member_pmap_ensemble_continues_on_4_then_2_devices(
+    finished, tmp_path):
+  full = finished("legacy_pmap", "ensemble")
+  workdir = _stopped_at(full, 2, tmp_path / "w")
+  on_4 = _train("sharded", "ensemble", workdir, "--devices", "4", steps=3)
+  assert on_4["resumed_from_devices"] == 8
+  on_2 = _train("sharded", "ensemble", workdir, "--devices", "2")
+  assert on_2["resumed_from"] == 3 and on_2["resumed_from_devices"] == 4
+  assert on_2["state_digest"] == _digest(full)
+  assert on_4["state_digest"] != _digest(full)  # step 3 is not step 4
+
+
+def test_pmap_cannot_take_8_members_on_4_devices(finished, tmp_path, capsys):
+  workdir = _stopped_at(finished("legacy_pmap", "ensemble"), 2, tmp_path / "w")
+  assert legacy_train.main(_argv("ensemble", workdir, 4, "--devices",
+                                 "4")) == 2
+  assert "exactly one member per device" in capsys.readouterr().err
+
+
+def test_data_parallel_on_fewer_devices_follows_their_normalisation(
+    finished, tmp_path, capsys, digits):
+  full = finished("legacy_pmap", "data_parallel")
+  workdir = _stopped_at(full, 2, tmp_path / "w")
+  result = _train("sharded", "data_parallel", workdir, "--devices", "4")
+  assert "follow 4 devices' loss normalisation" in capsys.readouterr().err
+  assert result["state_digest"] != _digest(full)  # 8-device normalisation
+  # The continuation is the reference's on 4 devices, from the same state.
+  config = _config("data_parallel", digits)
+  mesh = sharded_dp.make_placement(4)
+  start, _ = checkpoints.resume_into(sharded_dp, mesh, config,
+                                     workdir / "checkpoints", step=2)
+  end, _ = checkpoints.resume_into(sharded_dp, mesh, config,
+                                   workdir / "checkpoints", step=4)
+  one = reference.make_placement(4)
+  state = reference.create_state(config.seed, config, one)
+  host = sharded_dp.to_host(start)
+  state = state.replace(params=jax.device_put(host["params"]),
+                        opt_state=jax.device_put(host["opt_state"]))
+  step = reference.make_train_step(config, one)
+  for batch in list(batches.train_batches(digits, config.seed, 64, 4))[2:]:
+    state, _ = step(state, reference.put_batch(batch, one))
+  ends = jax.tree.leaves(sharded_dp.to_host(end))
+  for got, want in zip(ends, jax.tree.leaves(reference.to_host(state))):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+  eight, _ = checkpoints.resume_into(sharded_dp, mesh, config,
+                                     full / "checkpoints", step=4)
+  assert max(np.abs(a - b).max() for a, b in zip(
+      ends, jax.tree.leaves(sharded_dp.to_host(eight)))) > 1e-3
+
+
+def _classic_checkpoint(source, into, config, tweak=None):
+  """Step 2 of `source` saved the classic way: one copy per device."""
+  state, _ = checkpoints.resume_into(legacy_dp, legacy_dp.make_placement(8),
+                                     config, source / "checkpoints", step=2,
+                                     strategy="data_parallel")
+  stacked = jax.tree.map(np.array, {"params": state.params,
+                                    "opt_state": state.opt_state})
+  if tweak:
+    tweak(stacked)
+  manager = checkpoints.open_manager(into / "checkpoints")
+  record = checkpoints.run_record("data_parallel", config, "legacy_pmap", 8)
+  manager.save(2, args=ocp.args.Composite(
+      state=ocp.args.StandardSave(stacked),
+      run=ocp.args.JsonSave({**record, "step": 2})))
+  manager.wait_until_finished()
+  manager.close()
+  return into
+
+
+def test_a_classic_replicated_checkpoint_restores(finished, tmp_path, digits,
+                                                  capsys):
+  full = finished("legacy_pmap", "data_parallel")
+  config = _config("data_parallel", digits)
+  workdir = _classic_checkpoint(full, tmp_path / "w", config)
+  result = _train("sharded", "data_parallel", workdir)
+  assert result["restored_classic_layout"]
+  assert result["state_digest"] == _digest(full)
+
+  def nudge(tree):  # replica 3 of one leaf, 1 ulp off
+    bias = tree["params"]["Dense_0"]["bias"]
+    bias[3, 0] = np.nextafter(bias[3, 0], np.float32(1))
+
+  capsys.readouterr()
+  bad = _classic_checkpoint(full, tmp_path / "bad", config, nudge)
+  assert sharded_train.main(_argv("data_parallel", bad)) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("train: error:") and len(err.splitlines()) == 1
+  assert "['params']['Dense_0']['bias'] replica 3" in err
+
+
+_SLOW_COMMIT = """
+import asyncio, sys
+from orbax.checkpoint._src.path import atomicity
+commit = atomicity.AtomicRenameTemporaryPath.finalize
+async def slow_commit(self):
+  if self.get_final().name == "4":  # the last save: killed before its commit
+    print("committing", flush=True)
+    await asyncio.sleep(120)
+  await commit(self)
+atomicity.AtomicRenameTemporaryPath.finalize = slow_commit
+from sharded import train
+sys.exit(train.main(sys.argv[1:]))
+"""
+
+
+def test_kill_during_a_save_then_resume(finished, tmp_path, compile_once):
+  workdir = tmp_path / "w"
+  env = {**os.environ, "JAX_PLATFORMS": "cpu",
+         "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+         "JAX_COMPILATION_CACHE_DIR": compile_once,
+         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+  job = subprocess.Popen(
+      [sys.executable, "-c", _SLOW_COMMIT, *_argv("data_parallel", workdir)],
+      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+      text=True)
+  try:
+    for line in job.stdout:  # the save's files are written, not committed
+      if line.startswith("committing"):
+        break
+    time.sleep(0.2)
+    os.kill(job.pid, signal.SIGKILL)
+  finally:
+    job.kill()
+    job.wait()
+  saved = sorted(p.name for p in (workdir / "checkpoints").iterdir())
+  assert saved[0] == "2" and saved[1].startswith("4.orbax-checkpoint-tmp")
+  result = _train("sharded", "data_parallel", workdir)
+  assert result["resumed_from"] == 2  # the uncommitted step 4 was not read
+  assert result["state_digest"] == _digest(
+      finished("legacy_pmap", "data_parallel"))
+  assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == [
+      "2", "4"]
+
+
+def _damage(step_dir):
+  """Truncates the largest data file of a checkpoint to half its size."""
+  files = [p for p in (step_dir / "state").rglob("*") if p.is_file()]
+  largest = max(files, key=lambda p: p.stat().st_size)
+  with open(largest, "r+b") as f:
+    f.truncate(largest.stat().st_size // 2)
+
+
+def test_a_damaged_checkpoint_falls_back_to_the_one_before(finished,
+                                                           tmp_path, capsys):
+  full = finished("sharded", "data_parallel")
+  workdir = tmp_path / "w"
+  shutil.copytree(full, workdir)
+  _damage(workdir / "checkpoints" / "4")
+  result = _train("legacy_pmap", "data_parallel", workdir)
+  err = capsys.readouterr().err
+  assert "warning: checkpoint step 4 is damaged" in err
+  assert result["resumed_from"] == 2 and result["damaged_checkpoints"] == [4]
+  assert result["state_digest"] == _digest(full)
+  assert any(p.name.startswith("4.damaged-")
+             for p in (workdir / "checkpoints").iterdir())
+  # With every checkpoint damaged nothing is moved, and the run refuses.
+  (workdir / "checkpoints" / "2" / "run" / "metadata").write_text("{")
+  _damage(workdir / "checkpoints" / "4")
+  assert legacy_train.main(_argv("data_parallel", workdir)) == 2
+  assert "no checkpoint in" in capsys.readouterr().err
+  assert (workdir / "checkpoints" / "4").exists()
+
+
+@pytest.mark.parametrize("change, says", [
+    (["--learning-rate", "0.01"], "learning_rate 0.004 there, 0.01 here"),
+    (["--seed", "1"], "seed 0 there, 1 here"),
+    (["--workload", "linreg"], "workload 'cnn' there, 'linreg' here"),
+])
+def test_resuming_another_run_is_refused(change, says, finished, capsys):
+  workdir = finished("sharded", "data_parallel")
+  assert sharded_train.main(_argv("data_parallel", workdir, 4, *change)) == 2
+  err = capsys.readouterr().err.strip()
+  assert err == f"train: error: the checkpoint at step 4 is of another run: " \
+                f"{says}"
+
+
+def test_resuming_another_strategy_or_member_count_is_refused(finished,
+                                                              capsys):
+  workdir = finished("sharded", "data_parallel")
+  argv = _argv("accumulation", workdir)
+  assert sharded_train.main(argv) == 2
+  assert "strategy 'data_parallel' there, 'accumulation' here" in \
+      capsys.readouterr().err
+  ensemble = finished("sharded", "ensemble")
+  assert sharded_train.main(_argv("ensemble", ensemble, 4, "--members",
+                                  "16")) == 2
+  assert "members 8 there, 16 here" in capsys.readouterr().err
+
+
+def test_bad_input_and_unwritable_workdir_exit_2(tmp_path, capsys,
+                                                 monkeypatch):
+  blocker = tmp_path / "file"
+  blocker.write_text("")
+  for argv in (_argv("data_parallel", blocker / "w"),
+               _argv("data_parallel", tmp_path / "w", 0),
+               _argv("data_parallel", tmp_path / "w", 4, "--devices", "99"),
+               _argv("data_parallel", tmp_path / "w", 4, "--max-to-keep",
+                     "0")):
+    assert legacy_train.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("train: error: ") and len(err.splitlines()) == 1
+  from compare import training  # pylint: disable=g-import-not-at-top
+  full_disk = shutil.disk_usage(tmp_path)._replace(free=1000)
+  monkeypatch.setattr(training.shutil, "disk_usage", lambda _: full_disk)
+  assert legacy_train.main(_argv("data_parallel", tmp_path / "full")) == 2
+  assert "MiB free" in capsys.readouterr().err
+  assert not (tmp_path / "full" / "checkpoints").exists() or not any(
+      (tmp_path / "full" / "checkpoints").iterdir())
+
+
+def test_resume_into_and_write_checkpoint_for_compare(finished, tmp_path,
+                                                      digits):
+  """The functions `compare --switch-at N` builds on."""
+  config = _config("data_parallel", digits)
+  source = finished("legacy_pmap", "data_parallel") / "checkpoints"
+  state, step = checkpoints.resume_into(
+      legacy_dp, legacy_dp.make_placement(8), config, source, step=2,
+      strategy="data_parallel")
+  checkpoints.write_checkpoint(legacy_dp, state, config, tmp_path / "c", 2,
+                               strategy="data_parallel")
+  port, step = checkpoints.resume_into(
+      sharded_dp, sharded_dp.make_placement(8), config, tmp_path / "c",
+      strategy="data_parallel")
+  assert step == 2
+  assert digest.state_digest(sharded_dp.to_host(port)) == \
+      digest.state_digest(legacy_dp.to_host(state))
