@@ -47,15 +47,18 @@ class _MemberLayout:
 
   @staticmethod
   def to_checkpoint(tree):
+    """As is: the leading axis is the member axis, on disk too."""
     return tree
 
   @staticmethod
   def checkpoint_target(tree):
+    """Each leaf's own shape and sharding (members split over devices)."""
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(
         x.shape, x.dtype, sharding=x.sharding), tree)
 
   @staticmethod
   def from_checkpoint(tree, like):
+    """As restored: Orbax placed it on `like`'s shardings."""
     del like
     return tree
 
@@ -254,7 +257,7 @@ def restore_step(manager, step: int, like, layout: Layout):
 # endregion
 
 
-def _check_digest(state, layout, record, step):
+def check_digest(state, layout, record, step):
   """Raises when the restored state is not the one that was saved."""
   expected = record.get("state_digest")
   if expected and layout.digest(state) != expected:
@@ -300,7 +303,7 @@ def restore_newest(manager, like, layout: Layout, current: dict,
       record = read_record(manager, step)
       check_same_run(record, current, step)
       state, classic = restore_step(manager, step, like, layout)
-      _check_digest(state, layout, record, step)
+      check_digest(state, layout, record, step)
     except CheckpointError:
       raise
     except Exception as err:  # pylint: disable=broad-except
@@ -322,58 +325,3 @@ def restore_newest(manager, like, layout: Layout, current: dict,
     raise CheckpointError(f"no checkpoint in {manager.directory} restores "
                           f"(newest, step {step}: {why})")
   return None
-
-
-def write_checkpoint(module, state, config, directory, step: int,
-                     strategy: str | None = None) -> None:
-  """Saves `state` of backend program `module` as step `step`, and waits.
-
-  What `compare --switch-at N` calls on the pmap run at step N; the
-  training programs save the same way.
-  """
-  backend, _, program = module.__name__.rpartition(".")
-  layout = Layout.of(module, config)
-  n_devices = len(jax.tree.leaves(state.params)[0].sharding.device_set)
-  record = run_record(strategy or program, config, backend, n_devices)
-  manager = open_manager(directory)
-  try:
-    save(manager, step, state, layout, record)
-    manager.wait_until_finished()
-  finally:
-    manager.close()
-
-
-def resume_into(module, placement, config, directory, step=None,
-                strategy: str | None = None, calls_per_step: int = 1):
-  """A checkpoint of `directory` as backend program `module`'s train state.
-
-  What `compare --switch-at N` calls on each port run: the state pmap saved
-  at step N (`write_checkpoint`), in `module`'s layout on `placement`.
-
-  Args:
-    module: a backend program, e.g. `sharded.data_parallel`.
-    placement: its `make_placement(n_devices)`.
-    config: the run's config; the checkpoint's must match it.
-    directory: the checkpoint directory.
-    step: the step to restore; the newest if None.
-    strategy: the strategy name the checkpoint must have been written by
-      (default: the program's name).
-    calls_per_step: the strategy's `calls_per_step(config, variant)`.
-
-  Returns:
-    `(state, step)`.
-  """
-  program = module.__name__.rpartition(".")[2]
-  layout = Layout.of(module, config, calls_per_step)
-  like = module.create_state(config.seed, config, placement)
-  manager = open_manager(directory)
-  try:
-    step = manager.latest_step() if step is None else step
-    record = read_record(manager, step)
-    check_same_run(record, run_record(strategy or program, config, "", 0),
-                   step)
-    state, _ = restore_step(manager, step, like, layout)
-    _check_digest(state, layout, record, step)
-  finally:
-    manager.close()
-  return state, step

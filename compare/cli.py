@@ -14,6 +14,7 @@ from compare import emulation
 from compare import options
 from compare import report
 from compare import strategies
+from compare import sweep
 
 EXIT_PASS, EXIT_DIFFER, EXIT_USAGE, EXIT_DIVERGED = 0, 1, 2, 3
 UsageError = options.UsageError
@@ -27,6 +28,8 @@ def build_parser() -> options.Parser:
   add = parser.add_argument
   add("--negative-control", default=None, metavar="NAME",
       help="plant a known mistake in the port (the verdict must fail)")
+  add("--sweep-devices", default=None, metavar="N,N,...",
+      help="compare on each of these device counts (e.g. 1,2,4,8)")
   add("--windows", type=int, default=10, help="timing windows per run")
   add("--json", default=None, help="write the report here (atomically)")
   add("--plot", default=None, help="write a PNG of the curves here")
@@ -69,7 +72,12 @@ def _prepare(args):
     data = datasets.load(given.get("dataset", workload.dataset),
                          args.data_dir)
     config = strategy.make_config(given, data)
-    strategy.validate(config, data, n_devices, jax.process_count())
+    counts = (sweep.parse(args.sweep_devices) if args.sweep_devices
+              else (n_devices,))
+    if max(counts) > available:
+      raise UsageError(f"asked for {max(counts)} devices, {available} exist")
+    for count in counts:
+      strategy.validate(config, data, count, jax.process_count())
     control = (strategy.control(args.negative_control)
                if args.negative_control else None)
   except ValueError as err:  # every input error of workloads and strategies
@@ -92,9 +100,14 @@ def _run(args):
   from compare import runner  # pylint: disable=g-import-not-at-top
 
   strategy, config, data, n_devices, control = _prepare(args)
-  result = runner.compare(strategy, config, data, n_devices,
-                          windows=args.windows, progress=sys.stderr.isatty(),
-                          control=control)
+  if args.sweep_devices:
+    counts = sweep.parse(args.sweep_devices)
+    result = sweep.run(strategy, config, data, counts, args.windows, control)
+    n_devices = max(counts)
+  else:
+    result = runner.compare(strategy, config, data, n_devices,
+                            windows=args.windows,
+                            progress=sys.stderr.isatty(), control=control)
   full = {"schema": report.SCHEMA, "strategy": strategy.name,
           "date": datetime.date.today().isoformat(),
           "workload": config.workload, "dataset": config.dataset,
@@ -107,10 +120,14 @@ def _run(args):
           "negative_control": args.negative_control,
           "loss_convention": strategy.loss_convention,
           **strategy.report_fields(config), **result}
-  full["throughput_ratio_shard_map_vs_pmap"] = report.throughput_ratio(full)
-  print(report.table(full, strategy.report_lines(full)))
+  if args.sweep_devices:
+    print("\n".join([report.header(full), *sweep.table(full),
+                     f"verdict: {full['verdict']}"]))
+  else:
+    full["throughput_ratio_shard_map_vs_pmap"] = report.throughput_ratio(full)
+    print(report.table(full, strategy.report_lines(full)))
   if args.plot:
-    strategy.plot(full, args.plot)
+    (sweep.plot if args.sweep_devices else strategy.plot)(full, args.plot)
   if args.json:
     report.write_json(full, args.json)
   return {"pass": EXIT_PASS, "fail": EXIT_DIFFER}.get(full["verdict"],

@@ -21,7 +21,8 @@ class Parser(argparse.ArgumentParser):
 
 # Integer options that must be at least 1 when given.
 POSITIVE = ("devices", "processes", "steps", "global_batch", "members",
-            "epochs", "accum_steps")
+            "epochs", "accum_steps", "num_processes", "init_timeout",
+            "heartbeat_timeout", "shutdown_timeout")
 
 
 def add_run_options(parser: argparse.ArgumentParser,
@@ -50,6 +51,44 @@ def add_run_options(parser: argparse.ArgumentParser,
            "per device")
   add("--accum-steps", type=int, default=None, help="microbatches per step")
   add("--accum-loop", default=None, help="microbatch loop (accumulation)")
+
+
+def add_process_options(parser: argparse.ArgumentParser) -> None:
+  """Adds the options of a multi-process run (`compare.distributed`).
+
+  `--processes P` launches P local worker processes, joined on localhost
+  (`compare.launcher`); `--coordinator`, `--num-processes` and
+  `--process-id`, or `--distributed` alone, make this process one worker
+  of a job launched elsewhere (a cluster scheduler, or the launcher).
+  """
+  add = parser.add_argument
+  add("--processes", type=int, default=None,
+      help="launch this many local worker processes, each with --devices "
+           "emulated CPU devices, joined by jax.distributed on localhost")
+  add("--baseline", action="store_true",
+      help="with --processes: also run one process with all the devices and "
+           "report examples/s and state digests against it")
+  add("--coordinator", default=None, metavar="HOST:PORT",
+      help="the jax.distributed coordinator (process 0's address); with "
+           "--processes, the local address to use (default: a free port)")
+  add("--num-processes", type=int, default=None,
+      help="processes in a job launched elsewhere (this is one of them)")
+  add("--process-id", type=int, default=None,
+      help="this process's index in a job launched elsewhere")
+  add("--distributed", action="store_true",
+      help="this process is a worker of a job launched elsewhere: without "
+           "--coordinator, jax.distributed.initialize() detects the cluster "
+           "(SLURM, Cloud TPU, Kubernetes, ...)")
+  add("--init-timeout", type=int, default=None, metavar="S",
+      help="seconds to wait for every process to join (default 30 on "
+           "localhost, jax's 300 elsewhere)")
+  add("--heartbeat-timeout", type=int, default=None, metavar="S",
+      help="seconds without a heartbeat before a process is declared lost "
+           "and every other one aborts (default 10 on localhost, jax's 100 "
+           "elsewhere)")
+  add("--shutdown-timeout", type=int, default=None, metavar="S",
+      help="seconds to wait at exit for every process to finish (default 30 "
+           "on localhost, jax's 300 elsewhere)")
 
 
 def check_positive(args: argparse.Namespace) -> None:

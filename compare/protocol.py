@@ -21,9 +21,15 @@ class StrategyModule(Protocol):
 
   Attributes:
     VARIANTS: the runs this module provides, e.g. `("shard_map", "jit")`.
+    PROCESS_LOCAL_BATCH: whether `put_batch` takes this process's rows of
+      the global batch (data-parallel programs: each process reads only its
+      slice) or the whole global batch in every process (ensembles, the
+      one-device references). The same in one process, where the rows are
+      the whole batch.
   """
 
   VARIANTS: tuple[str, ...]
+  PROCESS_LOCAL_BATCH: bool
 
   def make_placement(self, n_devices: int) -> Any:
     """The devices (pmap), mesh (sharded) or device (reference) to run on."""

@@ -41,6 +41,7 @@ class Run:
   calls: int = 1
   n_devices: int = 1
   permute: bool = False
+  local_batch: bool = False
   placement: object = None
   state: object = None
   step: object = None
@@ -93,7 +94,8 @@ def _compile(run, batch):
     compiled = counted.lower(run.state, batch).compile()
     run.compile_s = time.perf_counter() - start
     run.compiled = hlo.describe(compiled)
-    devices = 1 if isinstance(run.placement, OneDevice) else run.n_devices
+    devices = (1 if isinstance(run.placement, OneDevice)
+               else global_devices(run.n_devices))
     run.compiled["flops_per_step"] = utilisation.flops(compiled, devices)
     if run.compiled["flops_per_step"] is not None:
       run.compiled["flops_per_step"] *= run.calls
@@ -101,9 +103,36 @@ def _compile(run, batch):
                                 run.compiled["collectives"])
     run.compiled["collectives_per_step"] = {
         k: v * run.calls for k, v in executed.items()}
-    if counted is step:
+    if counted is step and not _takes_host_local(run):
       step = compiled
   return optimizer_step(step, run.calls)
+
+
+def global_devices(n_devices: int) -> int:
+  """All processes' devices, `n_devices` per process."""
+  return n_devices * jax.process_count()
+
+
+def _takes_host_local(run) -> bool:
+  """Whether the step converts host-local arrays itself (pmap, many
+  processes): its ahead-of-time executable takes global arrays instead, so
+  the step is called as it is (its own cache holds the compiled program)."""
+  return (jax.process_count() > 1
+          and getattr(run.module, "__name__", "").startswith("legacy_pmap."))
+
+
+def _rows(run, host_batch):
+  """What `run.module.put_batch` takes from a global host batch.
+
+  Data-parallel programs read only this process's slice of it
+  (`batches.process_slice`); the references and ensembles take all of it
+  in every process. In one process both are the whole batch.
+  """
+  if not run.local_batch or jax.process_count() == 1:
+    return host_batch
+  part = batches.process_slice(len(next(iter(host_batch.values()))),
+                               jax.process_index(), jax.process_count())
+  return {k: v[part] for k, v in host_batch.items()}
 
 
 def permuted(host_batch, parts, step):
@@ -124,15 +153,16 @@ def _train_metrics(run, metrics):
 
 
 def _evaluate(strategy, run, config, test_batch):
-  sums = run.module.metrics_to_host(
-      run.evaluate(run.state, run.module.put_batch(test_batch, run.placement)))
+  sums = run.module.metrics_to_host(run.evaluate(
+      run.state, run.module.put_batch(_rows(run, test_batch), run.placement)))
   return strategy.summarize(sums, config)
 
 
 def _runs(strategy, config, n_devices, control):
-  active = strategy.active_runs(config, n_devices)
+  active = strategy.active_runs(config, global_devices(n_devices))
   runs = [Run(run.name, run.module, run.variant,
-              calls=strategy.calls_per_step(config, run.name))
+              calls=strategy.calls_per_step(config, run.name),
+              local_batch=getattr(run.module, "PROCESS_LOCAL_BATCH", False))
           for run in strategy.runs if run.name in active]
   if control is not None:
     for run in runs:
@@ -158,8 +188,8 @@ def _setup(strategy, config, n_devices, control):
 def _step(run, host_batch, i, n_devices):
   """One optimiser step of `run`; returns whether it stayed finite."""
   if run.permute:
-    host_batch = permuted(host_batch, n_devices, i)
-  batch = run.module.put_batch(host_batch, run.placement)
+    host_batch = permuted(host_batch, global_devices(n_devices), i)
+  batch = run.module.put_batch(_rows(run, host_batch), run.placement)
   if i == 0:
     run.step = _compile(run, batch)
   run.state, metrics = run.step(run.state, batch)
@@ -192,7 +222,7 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   names = {run.name for run in runs}
   pairs = [(a, b) for a, b in strategy.pairs if a in names and b in names]
   tracked = pairs + [("reference", CALIBRATION)]
-  test_batch = batches.test_batch(data, n_devices)
+  test_batch = batches.test_batch(data, global_devices(n_devices))
   every = strategy.eval_every(config, len(data.train_inputs))
   drift = {f"{a}~{b}": [] for a, b in tracked}
   diverged = {}
@@ -228,7 +258,8 @@ def measure_throughput(runs, config, data, windows: int):
       data, config.seed + 1, config.global_batch, _TIMING_BATCHES))
   timed = []
   for run in runs:
-    placed = [run.module.put_batch(b, run.placement) for b in host_batches]
+    placed = [run.module.put_batch(_rows(run, b), run.placement)
+              for b in host_batches]
     timed.append(timing.Timed(run.name, run.step, run.state, placed))
   return timing.throughput(timed, config.global_batch, windows=windows)
 
@@ -266,7 +297,7 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
       strategy, pairs, {r.name: r.host for r in runs}, drift,
       None if diverged else calibration_report,
       {r.name: r.summary for r in runs},
-      len(batches.test_batch(data, n_devices)["targets"]))
+      len(batches.test_batch(data, global_devices(n_devices))["targets"]))
   speeds = ({run.name: timing.not_timed() for run in runs} if diverged
             else measure_throughput(runs, config, data, windows))
   report = {
@@ -274,7 +305,8 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
       "runs": {run.name: _run_report(strategy, config, run, speeds[run.name])
                for run in runs},
       "calibration": calibration_report,
-      "skipped_runs": {r.name: strategy.why_skipped(config, n_devices)
+      "skipped_runs": {r.name: strategy.why_skipped(config,
+                                                    global_devices(n_devices))
                        for r in strategy.runs if r.name not in by_name},
       "equivalence": results,
       "verdict": verdicts.overall(results, diverged)}

@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Sequence
 
 import jax
+from jax.experimental import multihost_utils
+import numpy as np
 
 
 @dataclasses.dataclass
@@ -73,6 +75,10 @@ def throughput(runs: Sequence[Timed], examples_per_step: int, windows: int = 20,
     _run(timed, warmup_steps)
   slowest = max(_run(timed, 1) for timed in runs)
   steps = max(1, round(window_s / max(slowest, 1e-6)))
+  if jax.process_count() > 1:
+    # Every process must call the steps (and their collectives) as often:
+    # process 0's choice for all.
+    steps = int(multihost_utils.broadcast_one_to_all(np.int32(steps)))
   rates = {timed.name: [] for timed in runs}
   for w in range(windows):
     for timed in runs[w % len(runs):] + runs[:w % len(runs)]:

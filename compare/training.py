@@ -154,8 +154,7 @@ def _check_space(job, like):
                        f"about {needed / 2**20:.1f} MiB")
 
 
-def _log(job, line, progress):
-  del job
+def _log(line, progress):
   (tqdm.tqdm.write if progress else print)(line)
 
 
@@ -178,26 +177,56 @@ def _rewind_metrics(path, step):
 
 
 def _restore(job, manager, like, progress):
-  """The state to start from, and what restoring it took."""
+  """The state to start from, and what restoring it found (None: fresh)."""
   restored = checkpoints.restore_newest(
       manager, like, job.layout, job.record,
       warn=lambda line: print(f"train: {line}", file=sys.stderr))
   if restored is None:
     return like, None
   _rewind_metrics(_path(job, "metrics.jsonl"), restored.step)
-  _log(job, f"resumed from step {restored.step} ({restored.record['backend']}"
-            f", {restored.record['devices']} devices"
-            f"{', one copy per device' if restored.classic else ''}) in "
-            f"{restored.seconds:.2f} s", progress)
-  if (restored.record["devices"] != job.n_devices
-      and not hasattr(job.config, "members")):
-    print(f"train: note: the checkpoint was written on "
-          f"{restored.record['devices']} devices, this run has "
-          f"{job.n_devices}: the state restores bitwise, and from here on "
-          f"the steps follow {job.n_devices} devices' loss normalisation "
-          "(the classic loss sums over each device's batch: "
-          "workloads/registry.py)", file=sys.stderr)
+  record = restored.record
+  _log(f"resumed from step {restored.step} ({record['backend']}, "
+       f"{record['devices']} devices"
+       f"{', one copy per device' if restored.classic else ''}) in "
+       f"{restored.seconds:.2f} s", progress)
+  if record["devices"] != job.n_devices and not hasattr(job.config,
+                                                        "members"):
+    print(f"train: note: the checkpoint was written on {record['devices']} "
+          f"devices, this run has {job.n_devices}: the state restores "
+          f"bitwise, and from here on the steps follow {job.n_devices} "
+          "devices' loss normalisation (the classic loss sums over each "
+          "device's batch: workloads/registry.py)", file=sys.stderr)
   return restored.state, restored
+
+
+@dataclasses.dataclass
+class _Loop:
+  """The compiled programs of one run, and what its loop measured."""
+
+  step: Any
+  evaluate: Any
+  test_batch: Any
+  save_s: list = dataclasses.field(default_factory=list)
+  since_eval: list = dataclasses.field(default_factory=list)
+  timed_steps: int = 0
+  timed_s: float = 0.0
+  last_saved: int = 0
+
+
+def _programs(job, start):
+  module = job.module
+  step = runner.optimizer_step(
+      module.make_train_step(job.config, job.placement, module.VARIANTS[0]),
+      job.layout.calls_per_step)
+  test_batch = module.put_batch(batches.test_batch(job.data, job.n_devices),
+                                job.placement)
+  return _Loop(step, module.make_evaluate(job.config, job.placement),
+               test_batch, last_saved=start)
+
+
+def _evaluate(job, loop, state):
+  sums = job.module.metrics_to_host(loop.evaluate(state, loop.test_batch))
+  return job.strategy.summarize(sums, job.config)
 
 
 def _train_metrics(module, metrics):
@@ -206,64 +235,48 @@ def _train_metrics(module, metrics):
           if k in host and np.ndim(host[k]) == 0}
 
 
-@dataclasses.dataclass
-class _Stats:
-  """What the loop measured."""
-
-  save_s: list = dataclasses.field(default_factory=list)
-  timed_steps: int = 0
-  timed_s: float = 0.0
-  last_saved: int = 0
-
-
-def _evaluate(job, state, evaluate, test_batch):
-  sums = job.module.metrics_to_host(evaluate(state, test_batch))
-  return job.strategy.summarize(sums, job.config)
+def _log_evaluation(job, loop, state, done, metrics_file, progress):
+  """Appends one line to metrics.jsonl: train means since the last, test."""
+  line = {"step": done, **{
+      f"train_{k}": float(np.mean([m[k] for m in loop.since_eval]))
+      for k in loop.since_eval[0]}, **_evaluate(job, loop, state)}
+  metrics_file.write(json.dumps(line) + "\n")
+  metrics_file.flush()
+  loop.since_eval = []
+  _log(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                for k, v in line.items() if not isinstance(v, list)),
+       progress)
 
 
 def _train(job, manager, state, start, progress):
   """Steps `start`..`config.steps`; evaluates and checkpoints on schedule."""
-  module, config = job.module, job.config
-  step_fn = runner.optimizer_step(
-      module.make_train_step(config, job.placement, module.VARIANTS[0]),
-      job.layout.calls_per_step)
-  evaluate = module.make_evaluate(config, job.placement)
-  test_batch = module.put_batch(batches.test_batch(job.data, job.n_devices),
-                                job.placement)
+  config, loop = job.config, _programs(job, start)
+  every, save_every = job.eval_every, job.schedule.checkpoint_every
   order = itertools.islice(batches.train_batches(
       job.data, config.seed, config.global_batch, config.steps), start, None)
-  stats, since_eval, began = _Stats(last_saved=start), [], None
-  every, save_every = job.eval_every, job.schedule.checkpoint_every
   bar = tqdm.tqdm(order, total=config.steps, initial=start, desc=job.backend,
                   file=sys.stderr, disable=not progress)
+  began = None
   with open(_path(job, "metrics.jsonl"), "a") as metrics_file:
     for done, host_batch in enumerate(bar, start + 1):
-      state, metrics = step_fn(state, module.put_batch(host_batch,
-                                                       job.placement))
+      state, metrics = loop.step(state, job.module.put_batch(host_batch,
+                                                             job.placement))
       if timing.max_in_flight() == 1:
         jax.block_until_ready(state)  # queued collectives deadlock CPU
-      since_eval.append(_train_metrics(module, metrics))
+      loop.since_eval.append(_train_metrics(job.module, metrics))
       if done % every == 0 or done == config.steps:
-        line = {"step": done, **{f"train_{k}": float(np.mean(
-            [m[k] for m in since_eval])) for k in since_eval[0]},
-                **_evaluate(job, state, evaluate, test_batch)}
-        metrics_file.write(json.dumps(line) + "\n")
-        metrics_file.flush()
-        _log(job, " ".join(f"{k} {v:.4g}" if isinstance(v, float) else
-                           f"{k} {v}" for k, v in line.items()
-                           if not isinstance(v, list)), progress)
-        since_eval = []
+        _log_evaluation(job, loop, state, done, metrics_file, progress)
       if save_every and done % save_every == 0 and done < config.steps:
-        stats.save_s.append(checkpoints.save(manager, done, state,
-                                             job.layout, job.record))
-        stats.last_saved = done
+        loop.save_s.append(checkpoints.save(manager, done, state, job.layout,
+                                            job.record))
+        loop.last_saved = done
       if began is None:
-        began = time.perf_counter()  # after the first step: compiled
+        began = time.perf_counter()  # timed once the first step compiled
       else:
-        stats.timed_steps += 1
-    stats.timed_s = time.perf_counter() - began if began else 0.0
+        loop.timed_steps += 1
+  loop.timed_s = time.perf_counter() - began if began else 0.0
   bar.close()
-  return state, stats, evaluate, test_batch
+  return state, loop
 
 
 def run(job: Job, progress: bool = False) -> dict:
@@ -281,23 +294,22 @@ def run(job: Job, progress: bool = False) -> dict:
     _check_space(job, like)
     state, restored = _restore(job, manager, like, progress)
     start = restored.step if restored else 0
-    state, stats, evaluate, test_batch = _train(job, manager, state, start,
-                                                progress)
-    if stats.last_saved < job.config.steps:
-      stats.save_s.append(checkpoints.save(manager, job.config.steps, state,
-                                           job.layout, job.record))
+    state, loop = _train(job, manager, state, start, progress)
+    if loop.last_saved < job.config.steps:
+      loop.save_s.append(checkpoints.save(manager, job.config.steps, state,
+                                          job.layout, job.record))
     wait_start = time.perf_counter()
     manager.wait_until_finished()
     wait_s = time.perf_counter() - wait_start
   finally:
     manager.close()
-  result = _result(job, state, stats, restored, start, wait_s)
-  result.update(_evaluate(job, state, evaluate, test_batch))
+  result = _result(job, state, loop, restored, start, wait_s)
+  result.update(_evaluate(job, loop, state))
   report.write_json(result, _path(job, "result.json"))
   return result
 
 
-def _result(job, state, stats, restored, start, wait_s):
+def _result(job, state, loop, restored, start, wait_s):
   steps_run = job.config.steps - start
   return {
       "program": f"python -m {job.backend}.train",
@@ -308,13 +320,13 @@ def _result(job, state, stats, restored, start, wait_s):
       "steps": job.config.steps, "resumed_from": start if restored else None,
       "steps_run": steps_run,
       "state_digest": digest.state_digest(job.module.to_host(state)),
-      "steps_per_s": (stats.timed_steps / stats.timed_s
-                      if stats.timed_s else None),
+      "steps_per_s": (loop.timed_steps / loop.timed_s
+                      if loop.timed_s else None),
       "checkpoint_every": job.schedule.checkpoint_every,
       "max_to_keep": job.schedule.max_to_keep,
-      "saves": len(stats.save_s),
-      "save_s": float(np.mean(stats.save_s)) if stats.save_s else None,
-      "save_s_max": max(stats.save_s, default=None),
+      "saves": len(loop.save_s),
+      "save_s": float(np.mean(loop.save_s)) if loop.save_s else None,
+      "save_s_max": max(loop.save_s, default=None),
       "save_wait_s": wait_s,
       "restore_s": restored.seconds if restored else None,
       "restored_classic_layout": bool(restored and restored.classic),

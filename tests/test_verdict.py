@@ -113,3 +113,23 @@ def test_calibrated_check_fails_a_pair_above_the_band():
                          {"a~b": [1e-3, 1e-2]}, calibration, summaries, 100)
   assert above[0]["verdict"] == "differ"
   assert above[0]["calibration"]["worst_step"] == 2
+
+
+def test_sweep_devices_reports_every_count(tmp_path):
+  path, png = tmp_path / "sweep.json", tmp_path / "sweep.png"
+  code = cli.main(["--strategy", "data_parallel", "--steps", "1",
+                   "--batch-size", "64", "--windows", "1", "--sweep-devices",
+                   "1,2", "--json", str(path), "--plot", str(png)])
+  report = json.loads(path.read_text())
+  assert code == 0 and [p["devices"] for p in report["sweep"]] == [1, 2]
+  assert png.stat().st_size > 0
+  # One device holds the whole batch; two all-reduce the same gradients.
+  runs = {p["devices"]: p["runs"]["shard_map"] for p in report["sweep"]}
+  assert runs[2]["all_reduce_bytes"] > 0 and runs[2]["examples_per_s"] > 0
+
+
+@pytest.mark.parametrize("value", ["1,x", "0,2", "4,16"])
+def test_bad_sweep_exits_2(value, capsys):
+  assert cli.main(["--strategy", "data_parallel", "--sweep-devices",
+                   value]) == 2
+  assert capsys.readouterr().err.count("\n") == 1

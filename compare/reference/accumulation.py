@@ -11,6 +11,7 @@ The state is the workload's own (never optax.MultiSteps-wrapped): the ports'
 from compare.reference import data_parallel
 
 VARIANTS = ("reference",)
+PROCESS_LOCAL_BATCH = False
 make_placement = data_parallel.make_placement
 create_state = data_parallel.create_state
 put_batch = data_parallel.put_batch

@@ -6,11 +6,17 @@ from compare.reference import OneDevice
 from workloads import registry
 
 VARIANTS = ("reference",)
+# put_batch takes the whole global batch; with many processes every process
+# runs the reference alike on its own first device.
+PROCESS_LOCAL_BATCH = False
 
 
 def make_placement(n_devices):
-  """The first device; `n_devices` is the device count being emulated."""
-  return OneDevice(jax.local_devices()[0], n_devices)
+  """This process's first device; `n_devices` per process are emulated.
+
+  The loss is normalised as on all processes' devices together.
+  """
+  return OneDevice(jax.local_devices()[0], n_devices * jax.process_count())
 
 
 def create_state(seed, config, placement):

@@ -16,6 +16,8 @@ from compare.reference import OneDevice
 from workloads import ensemble
 
 VARIANTS = ("reference",)
+# put_batch takes the whole global batch, in every process alike.
+PROCESS_LOCAL_BATCH = False
 
 
 def make_placement(n_devices):

@@ -69,8 +69,9 @@ class Ensemble(Strategy):
 
   def check_layout(self, config, n_devices, n_processes):
     """Members must be a multiple of the devices; the loop must exist."""
-    del n_processes  # every process loads the whole batch
-    parts = n_devices
+    # Members spread over every process's devices (each process loads the
+    # whole batch).
+    parts = n_devices * n_processes
     if config.members < 1 or config.members % parts:
       raise port.devices.EnsembleSizeError(
           f"the sharded ensemble needs a positive multiple of the device "

@@ -1,0 +1,91 @@
+"""`--sweep-devices 1,2,4,8`: the same comparison on several device counts.
+
+Every point trains and times every run on the first N devices, so the sweep
+shows how each backend scales and what its collectives cost as N grows. On
+emulated CPU devices every device shares the same host cores: the curve
+measures overhead (dispatch, collectives, partitioning), not the speedup of
+real accelerators.
+"""
+
+import os
+
+from compare import runner
+
+
+def parse(text: str) -> tuple[int, ...]:
+  """`"1,2,4,8"` to `(1, 2, 4, 8)`; ValueError (one line) for anything else."""
+  try:
+    counts = tuple(int(part) for part in text.split(","))
+  except ValueError:
+    raise ValueError(f"--sweep-devices takes counts like 1,2,4,8, got "
+                     f"{text!r}") from None
+  if not counts or min(counts) < 1:
+    raise ValueError(f"--sweep-devices counts must be at least 1, got {text}")
+  return counts
+
+
+def _point(report, n_devices):
+  runs = {}
+  for name, run in report["runs"].items():
+    runs[name] = {key: run.get(key) for key in (
+        "examples_per_s", "examples_per_s_spread", "compile_s",
+        "all_reduce_bytes", "achieved_gflops", "state_digest")}
+  return {"devices": n_devices, "runs": runs, "verdict": report["verdict"]}
+
+
+def run(strategy, config, data, device_counts, windows: int,
+        control=None) -> dict:
+  """Compares every run at each device count; the per-count results."""
+  points = [_point(runner.compare(strategy, config, data, n, windows=windows,
+                                  control=control), n)
+            for n in device_counts]
+  verdicts = {p["verdict"] for p in points}
+  overall = ("diverged" if "diverged" in verdicts else
+             "fail" if "fail" in verdicts else "pass")
+  return {"sweep": points, "verdict": overall}
+
+
+def table(result: dict) -> list[str]:
+  """One line per device count and run."""
+  head = (f"{'devices':>7} {'run':<12} {'examples/s':>11} {'compile s':>9} "
+          f"{'all-reduce B/step':>17} verdict")
+  lines = [head, "-" * len(head)]
+  for point in result["sweep"]:
+    for name, run in point["runs"].items():
+      rate = run["examples_per_s"]
+      lines.append(
+          f"{point['devices']:>7} {name:<12} "
+          f"{'-' if rate is None else f'{rate:.0f}':>11} "
+          f"{run['compile_s']:>9.2f} {run.get('all_reduce_bytes') or 0:>17} "
+          f"{point['verdict']}")
+  return lines
+
+
+def plot(result: dict, path: str) -> None:
+  """Examples/s and all-reduced bytes per step against the device count."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  figure, (speed, collective) = plt.subplots(1, 2, figsize=(11, 4))
+  counts = [p["devices"] for p in result["sweep"]]
+  names = dict.fromkeys(n for p in result["sweep"] for n in p["runs"])
+  for name in names:
+    rates = [p["runs"].get(name, {}).get("examples_per_s") for p in
+             result["sweep"]]
+    speed.plot(counts, rates, "o-", label=name)
+    sizes = [p["runs"].get(name, {}).get("all_reduce_bytes") for p in
+             result["sweep"]]
+    collective.plot(counts, sizes, "o-", label=name)
+  speed.set(xscale="log", xlabel="devices", ylabel="examples/s",
+            title="throughput (emulated devices share the host's cores)")
+  collective.set(xscale="log", xlabel="devices",
+                 ylabel="all-reduced bytes per step", title="collectives")
+  for axis in (speed, collective):
+    axis.set_xticks(counts, [str(c) for c in counts])
+    axis.legend(fontsize="small")
+  figure.tight_layout()
+  partial = f"{path}.partial.png"
+  figure.savefig(partial, dpi=100)
+  plt.close(figure)
+  os.replace(partial, path)
