@@ -49,7 +49,8 @@ def _float_leaves(tree):
 def _metric_check(summaries, a, b, calibration, n_test, multiple):
   """Test loss and accuracy of a pair within the calibration's spread."""
   out = {}
-  ref, cal = summaries[b], calibration["summary"]
+  # The calibration moved the reference: its spread is measured there.
+  ref, cal = summaries["reference"], calibration["summary"]
   # One calibration run estimates the spread from one sample, so it is
   # floored: 1% of the test loss and 1% accuracy (or one test example) are
   # within what rounding alone moved them in the measured long runs.
@@ -58,7 +59,7 @@ def _metric_check(summaries, a, b, calibration, n_test, multiple):
     if ref.get(key) is None:
       continue
     spread = max(abs(cal[key] - ref[key]), floor)
-    gap = abs(summaries[a][key] - ref[key])
+    gap = abs(summaries[a][key] - summaries[b][key])
     out[key] = {"gap": gap, "calibration_spread": spread,
                 "within": bool(gap <= multiple * spread)}
   return out

@@ -103,8 +103,8 @@ def test_calibrated_check_fails_a_pair_above_the_band():
   moved = {"params": {"w": np.full(3, 1.1, np.float32)}, "opt_state": ()}
   calibration = {"drift_per_step": [1e-3, 1e-3],
                  "summary": {"test_loss": 1.0, "test_accuracy": 0.9}}
-  summaries = {"a": {"test_loss": 1.0, "test_accuracy": 0.9},
-               "b": {"test_loss": 1.0, "test_accuracy": 0.9}}
+  summaries = {name: {"test_loss": 1.0, "test_accuracy": 0.9}
+               for name in ("a", "b", "reference")}
   within = verdicts.final(strategy, [("a", "b")], {"a": moved, "b": host},
                           {"a~b": [1e-3, 2e-3]}, calibration, summaries, 100)
   assert within[0]["verdict"] == "close"

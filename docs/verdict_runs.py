@@ -1,0 +1,99 @@
+"""Long runs that pin the calibrated verdict: correct ports and known mistakes.
+
+    python docs/verdict_runs.py --json docs/measured/verdicts.json
+    python docs/verdict_runs.py --from DIR --json ...   # summarise DIR/*.json
+
+Runs `python -m compare` for data_parallel and accumulation at 20, 300 and
+1000 steps, and each negative control at 20 and 300 steps; the ensemble at
+20 epochs with and without its controls, and with 16 vmapped members. It
+takes about an hour on 2 cores. Every entry records the command, its exit
+code, the verdict, each final pair's largest drift over the calibration
+band, and the test accuracies, so the guide's figures are drawn from here.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+RUNS = {
+    **{f"{s}_{steps}": ["--strategy", s, "--steps", str(steps)]
+       for s in ("data_parallel", "accumulation") for steps in (20, 300, 1000)},
+    **{f"{s}_{steps}_{c}": ["--strategy", s, "--steps", str(steps),
+                            "--negative-control", c]
+       for s in ("data_parallel", "accumulation") for steps in (20, 300)
+       for c in ("gradient-trap", "lr-1pct", "no-pmean")},
+    "ensemble_20ep": ["--strategy", "ensemble", "--epochs", "20"],
+    **{f"ensemble_20ep_{c}": ["--strategy", "ensemble", "--epochs", "20",
+                              "--negative-control", c]
+       for c in ("members-mixed", "lr-1pct")},
+    "ensemble_vmap16": ["--strategy", "ensemble", "--members", "16",
+                        "--member-loop", "vmap"],
+}
+
+
+def summarise(report: dict) -> dict:
+  """What the guide quotes from one report."""
+  pairs = {}
+  for v in report["equivalence"]:
+    entry = pairs.setdefault(f"{v['a']}~{v['b']}", {})
+    entry[f"{v['at']}_verdict"] = v["verdict"]
+    entry[f"{v['at']}_max_abs"] = v["max_abs"]
+    if v.get("calibration"):
+      entry["max_ratio"] = v["calibration"]["max_ratio"]
+      entry["worst_step"] = v["calibration"]["worst_step"]
+  curve = report["calibration"]["drift_per_step"]
+  return {"verdict": report["verdict"], "steps": report["steps"],
+          "negative_control": report.get("negative_control"),
+          "calibration_final": curve[-1] if curve else None,
+          "calibration_multiple": next(
+              (v["calibration"]["multiple"] for v in report["equivalence"]
+               if v.get("calibration")), None),
+          "test_accuracy": {n: r.get("test_accuracy")
+                            for n, r in report["runs"].items()},
+          "pairs": pairs}
+
+
+def run_one(name, argv, folder):
+  path = pathlib.Path(folder) / f"{name}.json"
+  command = [sys.executable, "-m", "compare", "--windows", "1", "--json",
+             str(path), *argv]
+  start = time.perf_counter()
+  code = subprocess.run(command, capture_output=True, check=False).returncode
+  return path, code, time.perf_counter() - start
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--json", required=True)
+  parser.add_argument("--from", dest="source", default=None,
+                      help="summarise existing reports NAME.json in this "
+                           "folder (exit codes from its exits.txt)")
+  args = parser.parse_args(argv)
+  folder = args.source or tempfile.mkdtemp()
+  exits = {}
+  if args.source and os.path.exists(f"{folder}/exits.txt"):
+    for line in open(f"{folder}/exits.txt", encoding="utf-8"):
+      parts = line.split()
+      if len(parts) == 3:
+        exits[parts[0]] = int(parts[2])
+  out = {}
+  for name, flags in RUNS.items():
+    path = pathlib.Path(folder) / f"{name}.json"
+    if not args.source:
+      path, exits[name], _ = run_one(name, flags, folder)
+    if not path.exists():
+      continue
+    out[name] = {"command": "python -m compare --windows 1 " + " ".join(flags),
+                 "exit": exits.get(name),
+                 **summarise(json.loads(path.read_text()))}
+  pathlib.Path(args.json).write_text(json.dumps({"runs": out}, indent=1))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
