@@ -252,8 +252,12 @@ def _train(job, manager, state, start, progress):
   """Steps `start`..`config.steps`; evaluates and checkpoints on schedule."""
   config, loop = job.config, _programs(job, start)
   every, save_every = job.eval_every, job.schedule.checkpoint_every
+  # region: resume-order
+  # The batch order depends only on the seed and the step: a run resumed at
+  # `start` takes exactly the batches the uninterrupted run takes from there.
   order = itertools.islice(batches.train_batches(
       job.data, config.seed, config.global_batch, config.steps), start, None)
+  # endregion
   bar = tqdm.tqdm(order, total=config.steps, initial=start, desc=job.backend,
                   file=sys.stderr, disable=not progress)
   began = None

@@ -24,6 +24,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from compare import checkpoints
+from compare import handover
 from compare import runner
 from compare import strategies
 from compare.reference import data_parallel as reference
@@ -110,7 +111,7 @@ def _nudged_continuation(backend, strategy, source, data):
   config = _config(strategy, data)
   module = importlib.import_module(f"{backend}.{chosen.program}")
   placement = module.make_placement(8)
-  state, _ = checkpoints.resume_into(module, placement, config,
+  state, _ = handover.resume_into(module, placement, config,
                                      source / "checkpoints", step=2,
                                      strategy=strategy)
   state = state.replace(params=jax.tree.map(lambda x: x * (1 + 1e-6),
@@ -182,9 +183,9 @@ def test_data_parallel_on_fewer_devices_follows_their_normalisation(
   # The continuation is the reference's on 4 devices, from the same state.
   config = _config("data_parallel", digits)
   mesh = sharded_dp.make_placement(4)
-  start, _ = checkpoints.resume_into(sharded_dp, mesh, config,
+  start, _ = handover.resume_into(sharded_dp, mesh, config,
                                      workdir / "checkpoints", step=2)
-  end, _ = checkpoints.resume_into(sharded_dp, mesh, config,
+  end, _ = handover.resume_into(sharded_dp, mesh, config,
                                    workdir / "checkpoints", step=4)
   one = reference.make_placement(4)
   state = reference.create_state(config.seed, config, one)
@@ -197,7 +198,7 @@ def test_data_parallel_on_fewer_devices_follows_their_normalisation(
   ends = jax.tree.leaves(sharded_dp.to_host(end))
   for got, want in zip(ends, jax.tree.leaves(reference.to_host(state))):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-  eight, _ = checkpoints.resume_into(sharded_dp, mesh, config,
+  eight, _ = handover.resume_into(sharded_dp, mesh, config,
                                      full / "checkpoints", step=4)
   assert max(np.abs(a - b).max() for a, b in zip(
       ends, jax.tree.leaves(sharded_dp.to_host(eight)))) > 1e-3
@@ -205,7 +206,7 @@ def test_data_parallel_on_fewer_devices_follows_their_normalisation(
 
 def _classic_checkpoint(source, into, config, tweak=None):
   """Step 2 of `source` saved the classic way: one copy per device."""
-  state, _ = checkpoints.resume_into(legacy_dp, legacy_dp.make_placement(8),
+  state, _ = handover.resume_into(legacy_dp, legacy_dp.make_placement(8),
                                      config, source / "checkpoints", step=2,
                                      strategy="data_parallel")
   stacked = jax.tree.map(np.array, {"params": state.params,
@@ -368,12 +369,12 @@ def test_resume_into_and_write_checkpoint_for_compare(finished, tmp_path,
   """The functions `compare --switch-at N` builds on."""
   config = _config("data_parallel", digits)
   source = finished("legacy_pmap", "data_parallel") / "checkpoints"
-  state, step = checkpoints.resume_into(
+  state, step = handover.resume_into(
       legacy_dp, legacy_dp.make_placement(8), config, source, step=2,
       strategy="data_parallel")
-  checkpoints.write_checkpoint(legacy_dp, state, config, tmp_path / "c", 2,
+  handover.write_checkpoint(legacy_dp, state, config, tmp_path / "c", 2,
                                strategy="data_parallel")
-  port, step = checkpoints.resume_into(
+  port, step = handover.resume_into(
       sharded_dp, sharded_dp.make_placement(8), config, tmp_path / "c",
       strategy="data_parallel")
   assert step == 2
