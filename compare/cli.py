@@ -10,6 +10,7 @@ import datetime
 import os
 import sys
 
+from compare import distributed
 from compare import emulation
 from compare import options
 from compare import report
@@ -25,6 +26,7 @@ def build_parser() -> options.Parser:
   parser = options.Parser(prog="python -m compare",
                           description=__doc__.split("\n")[0])
   options.add_run_options(parser, tuple(strategies.STRATEGIES))
+  options.add_process_options(parser)
   add = parser.add_argument
   add("--negative-control", default=None, metavar="NAME",
       help="plant a known mistake in the port (the verdict must fail)")
@@ -43,6 +45,11 @@ def _check(args):
   options.check_positive(args)
   if args.windows < 1:
     raise UsageError(f"--windows must be at least 1, got {args.windows}")
+  distributed.check(args)
+  if args.sweep_devices and (distributed.is_launcher(args)
+                             or distributed.is_worker(args)):
+    raise UsageError("--sweep-devices runs in one process; it does not go "
+                     "with --processes or a multi-process job")
   for flag, path in (("--json", args.json), ("--plot", args.plot)):
     if path:
       try:
@@ -111,8 +118,11 @@ def _run(args):
   full = {"schema": report.SCHEMA, "strategy": strategy.name,
           "date": datetime.date.today().isoformat(),
           "workload": config.workload, "dataset": config.dataset,
-          "platform": jax.devices()[0].platform, "devices": n_devices,
-          "processes": jax.process_count(), "jax_version": jax.__version__,
+          "platform": jax.devices()[0].platform,
+          "devices": n_devices * jax.process_count(),
+          "processes": jax.process_count(),
+          "collectives": distributed.collectives(),
+          "jax_version": jax.__version__,
           **_pmap_runtime(),
           "load_average": [round(x, 2) for x in os.getloadavg()],
           "steps": config.steps, "global_batch": config.global_batch,
@@ -120,22 +130,53 @@ def _run(args):
           "negative_control": args.negative_control,
           "loss_convention": strategy.loss_convention,
           **strategy.report_fields(config), **result}
+  if not args.sweep_devices:
+    full["throughput_ratio_shard_map_vs_pmap"] = report.throughput_ratio(full)
+  # Every process computed the same report; process 0 alone shows it, once
+  # every process got this far (a process lost before leaves no JSON).
+  distributed.barrier("report")
+  if distributed.is_main_process():
+    _show(args, strategy, full)
+  return {"pass": EXIT_PASS, "fail": EXIT_DIFFER}.get(full["verdict"],
+                                                       EXIT_DIVERGED)
+
+
+def _show(args, strategy, full):
+  """Prints the report and writes its plot and JSON."""
   if args.sweep_devices:
     print("\n".join([report.header(full), *sweep.table(full),
                      f"verdict: {full['verdict']}"]))
   else:
-    full["throughput_ratio_shard_map_vs_pmap"] = report.throughput_ratio(full)
     print(report.table(full, strategy.report_lines(full)))
   if args.plot:
     (sweep.plot if args.sweep_devices else strategy.plot)(full, args.plot)
   if args.json:
     report.write_json(full, args.json)
-  return {"pass": EXIT_PASS, "fail": EXIT_DIFFER}.get(full["verdict"],
-                                                       EXIT_DIVERGED)
+
+
+def _launch(args, argv):
+  """`--processes P`: P local workers (`compare.launcher`), and with
+  `--baseline` the same comparison in one process with all the devices."""
+  import tempfile  # pylint: disable=g-import-not-at-top
+  from compare import launcher  # pylint: disable=g-import-not-at-top
+  devices = args.devices or emulation.DEFAULT_DEVICES
+  launch = dict(prog="compare", module="compare", processes=args.processes,
+                devices=devices, coordinator=args.coordinator)
+  if not args.baseline:
+    return launcher.launch(argv=argv, **launch)
+  with tempfile.TemporaryDirectory(prefix="shardport-compare-") as folder:
+    path = args.json or f"{folder}/report.json"
+    return launcher.launch_with_baseline(
+        argv=[*argv, "--json", path], normal=(0, 1, 2, 3), result_path=path,
+        result_argv=lambda into: ["--json", f"{into}/result.json",
+                                  "--plot", ""],
+        kind=launcher.compare_baseline, **launch)
 
 
 def main(argv=None) -> int:
   """Parses `argv`, runs the comparison, returns the exit code."""
+  argv = sys.argv[1:] if argv is None else list(argv)
+  distributed.die_with_launcher()
   try:
     args = build_parser().parse_args(argv)
     _check(args)
@@ -143,7 +184,12 @@ def main(argv=None) -> int:
       from compare import show_diff  # pylint: disable=g-import-not-at-top
       print(show_diff.program_diff(args.show_diff))
       return EXIT_PASS
+    if distributed.is_launcher(args):
+      return _launch(args, argv)
+    distributed.quiet_native_stdout()
     emulation.set_cpu_device_count(args.devices)
+    if distributed.is_worker(args):
+      distributed.join(args)
     return _run(args)
   except UsageError as err:
     print(f"compare: error: {err}", file=sys.stderr)

@@ -51,8 +51,14 @@ def is_worker(args) -> bool:
 
 
 def is_launcher(args) -> bool:
-  """Whether `args` ask this process to launch local workers."""
-  return bool(args.processes and args.processes > 1)
+  """Whether `args` ask this process to launch local workers.
+
+  `--processes 1` too: one worker joined through jax.distributed, whose
+  collectives are gloo's like a many-process job's (the baseline that job is
+  compared against bitwise); without `--processes` the program runs here,
+  with XLA's in-process collectives.
+  """
+  return args.processes is not None
 
 
 def check(args) -> None:
@@ -64,7 +70,7 @@ def check(args) -> None:
         "--processes launches local workers; --num-processes, --process-id "
         "and --distributed join a job launched elsewhere: give one or the "
         "other")
-  if args.baseline and not is_launcher(args):
+  if args.baseline and not (args.processes and args.processes > 1):
     raise options.UsageError("--baseline needs --processes 2 or more")
   explicit = (args.coordinator, args.num_processes, args.process_id)
   if args.processes is None and any(x is not None for x in explicit) and (
@@ -114,6 +120,22 @@ def die_with_launcher() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
   if os.getppid() != int(parent):
     sys.exit(1)
+
+
+def quiet_native_stdout() -> None:
+  """In a launched worker: native code's stdout (gloo's connection lines)
+  to /dev/null, Python's `print` still to the launcher.
+
+  gloo writes through C++'s buffered stdout, whose chunks would split into
+  the report's lines; Python's own output keeps the original descriptor.
+  """
+  if not os.environ.get(PARENT_ENV):
+    return
+  sys.stdout.flush()
+  mine = os.dup(1)
+  with open(os.devnull, "w") as null:
+    os.dup2(null.fileno(), 1)
+  sys.stdout = os.fdopen(mine, "w", buffering=1)
 
 
 def port_in_use(port: int) -> bool:
@@ -197,3 +219,20 @@ def barrier(name: str) -> None:
     from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
     multihost_utils.sync_global_devices(name)
 # endregion
+
+
+def collectives() -> str:
+  """What carries the collectives between this run's CPU devices.
+
+  `gloo` (TCP, even between devices of one process) once jax.distributed is
+  initialised, XLA's in-process collectives otherwise. They sum in different
+  orders: an all-reduce over 8 devices is a sequential sum in one plain
+  process and gloo's ring order in any jax.distributed job, so digests are
+  bitwise comparable only between runs with the same collectives.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.devices()[0].platform != "cpu":
+    return jax.devices()[0].platform
+  if not jax.distributed.is_initialized():
+    return "in-process"
+  return str(jax.config.jax_cpu_collectives_implementation)

@@ -7,9 +7,11 @@ import os
 import sys
 
 COUNT_FLAG = "--xla_force_host_platform_device_count"
+DEFAULT_DEVICES = 8
 
 
-def set_cpu_device_count(devices: int | None, default: int = 8) -> None:
+def set_cpu_device_count(devices: int | None,
+                         default: int = DEFAULT_DEVICES) -> None:
   """Emulates `devices` (or `default`) CPU devices, unless too late or set.
 
   Does nothing when jax is already imported (its backend may have started)

@@ -12,6 +12,9 @@ from legacy_pmap import devices
 from workloads import registry
 
 VARIANTS = ("pmap",)
+# put_batch takes this process's rows of the global batch (all of them in
+# one process): each process reads only its slice.
+PROCESS_LOCAL_BATCH = True
 make_placement = devices.placement
 
 

@@ -5,6 +5,7 @@ import os
 import einops
 import flax.jax_utils
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 
 AXIS = "batch"
@@ -14,27 +15,61 @@ class DeviceError(ValueError):
   """More devices asked for than exist."""
 
 
+# region: many-hosts-pmap
 def placement(n_devices: int) -> list[jax.Device]:
-  """The first `n_devices` local devices, in the order pmap uses them."""
+  """The first `n_devices` local devices of every process, in pmap's order.
+
+  In one process these are its first devices. With many processes (pmap
+  over every process's devices, as classic multi-host programs run) they
+  come process after process, the order in which pmap lays out its axis.
+  """
   available = jax.local_devices()
   if not 1 <= n_devices <= len(available):
     raise DeviceError(f"asked for {n_devices} devices, {len(available)} exist")
-  return available[:n_devices]
+  return [device for process in range(jax.process_count())
+          for device in jax.local_devices(process)[:n_devices]]
+
+
+def _local(where) -> list[jax.Device]:
+  """This process's devices among `where`: what each pmap input must cover.
+
+  Under many processes pmap takes and returns host-local arrays, one row per
+  local device, and joins them into its global axis itself.
+  """
+  return [d for d in where if d.process_index == jax.process_index()]
 
 
 def replicate(tree, where):
-  """One copy of `tree` per device, stacked on a new leading axis."""
-  return flax.jax_utils.replicate(tree, devices=where)
+  """One copy of `tree` per local device, stacked on a new leading axis."""
+  return flax.jax_utils.replicate(tree, devices=_local(where))
 
 
 def shard_batch(batch, where):
-  """Splits a global host batch to `[n_devices, local_batch, ...]` on devices."""
+  """This process's rows of the global batch as `[local devices, b, ...]`.
+
+  In one process the rows are the whole global batch; with many, each
+  process reads only its slice (`workloads.batches.process_slice`) and pmap
+  joins the slices in process order.
+  """
   # jax.device_put_sharded is gone in jax 0.10; this is what
   # flax.jax_utils.replicate does internally, without the copies.
-  mesh = jax.sharding.Mesh(np.array(where), (AXIS,))
+  mine = _local(where)
+  mesh = jax.sharding.Mesh(np.array(mine), (AXIS,))
   sharding = jax.sharding.NamedSharding(mesh, jax.P(AXIS))
-  split = lambda x: einops.rearrange(x, "(d b) ... -> d b ...", d=len(where))
+  split = lambda x: einops.rearrange(x, "(d b) ... -> d b ...", d=len(mine))
   return jax.device_put(jax.tree.map(split, batch), sharding)
+
+
+def shard_members(tree, where):
+  """This process's rows of a host tree with one row per device (members).
+
+  Every process holds the whole tree (e.g. every member's init key); pmap
+  takes the rows of this process's devices.
+  """
+  rows = np.array([i for i, d in enumerate(where)
+                   if d.process_index == jax.process_index()])
+  return jax.tree.map(lambda x: x[rows], tree)
+# endregion
 
 
 def fetch(tree):
@@ -104,9 +139,17 @@ def check_members(members: int, where) -> None:
         "device count)")
 
 
+# region: many-hosts-pmap-members
 def fetch_members(tree):
-  """Numpy copy of a per-member tree: the device axis is the member axis."""
+  """Numpy copy of a per-member tree: the device axis is the member axis.
+
+  With many processes pmap's outputs hold this process's members only:
+  `process_allgather` joins every process's rows, in process order.
+  """
+  if jax.process_count() > 1:
+    return multihost_utils.process_allgather(tree, tiled=True)
   return jax.device_get(tree)
+# endregion
 
 
 # Up to jax 0.9.2 this switch, read when jax is imported, brings back the

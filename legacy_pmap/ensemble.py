@@ -14,6 +14,9 @@ from workloads import ensemble
 
 VARIANTS = ("pmap",)
 make_placement = devices.ensemble_placement
+# put_batch takes the whole global batch, the same in every process: every
+# member trains on all of it.
+PROCESS_LOCAL_BATCH = False
 
 
 def create_state(seed, config, placement):
@@ -26,7 +29,8 @@ def create_state(seed, config, placement):
                                 axis_name=devices.ENSEMBLE_AXIS,
                                 static_broadcasted_argnums=(1, 2, 3),
                                 devices=placement)
-  return create_train_state(ensemble.member_keys(seed, config.members),
+  return create_train_state(devices.shard_members(
+      ensemble.member_keys(seed, config.members), placement),
                             config.learning_rate, config.momentum,
                             config.input_shape)
 

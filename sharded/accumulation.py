@@ -22,6 +22,7 @@ VARIANTS = ("shard_map", "jit")
 make_placement = devices.placement
 # Batches, evaluation and metrics are the data-parallel program's own.
 put_batch = data_parallel.put_batch
+PROCESS_LOCAL_BATCH = data_parallel.PROCESS_LOCAL_BATCH
 make_evaluate = data_parallel.make_evaluate
 metrics_to_host = data_parallel.metrics_to_host
 

@@ -15,6 +15,9 @@ from sharded import devices
 from workloads import registry
 
 VARIANTS = ("shard_map", "jit")
+# put_batch takes this process's rows of the global batch (all of them in
+# one process): each process reads only its slice.
+PROCESS_LOCAL_BATCH = True
 make_placement = devices.placement
 
 

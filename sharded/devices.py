@@ -1,6 +1,8 @@
 """Device plumbing for jax.sharding: a named mesh and shardings on it."""
 
 import jax
+from jax.experimental import multihost_utils
+import numpy as np
 from jax.sharding import AxisType
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -12,8 +14,12 @@ class DeviceError(ValueError):
   """More devices asked for than exist."""
 
 
+# region: many-hosts-port
 def placement(n_devices: int) -> jax.sharding.Mesh:
-  """A 1-D mesh over the first `n_devices` local devices.
+  """A 1-D mesh over the first `n_devices` local devices of every process.
+
+  With many processes the mesh is global, process after process (the order
+  of pmap's axis), so that the global batch splits over it as under pmap.
 
   The axis is `Auto`, not `make_mesh`'s default `Explicit`: the `jit` variant
   is defined as "the compiler places the collectives", which is what Auto
@@ -24,18 +30,53 @@ def placement(n_devices: int) -> jax.sharding.Mesh:
   available = jax.local_devices()
   if not 1 <= n_devices <= len(available):
     raise DeviceError(f"asked for {n_devices} devices, {len(available)} exist")
-  return jax.make_mesh((n_devices,), (AXIS,), axis_types=(AxisType.Auto,),
-                       devices=available[:n_devices])
+  devices = [device for process in range(jax.process_count())
+             for device in jax.local_devices(process)[:n_devices]]
+  return jax.sharding.Mesh(np.array(devices), (AXIS,),
+                           axis_types=(AxisType.Auto,))
+
+
+def _global(x, sharding):
+  """`x`, the same whole value in every process, as a global array.
+
+  Each process fills its own devices' shards from its copy: nothing crosses
+  processes (`jax.device_put` of a host value onto a global sharding would
+  first check, with a collective, that every process passed the same value).
+  """
+  x = np.asarray(x)
+  return jax.make_array_from_callback(x.shape, sharding, lambda i: x[i])
 
 
 def replicate(tree, where):
   """One logical copy of `tree`, replicated over the mesh (no device axis)."""
-  return jax.device_put(tree, NamedSharding(where, P()))
+  return jax.tree.map(lambda x: _global(x, NamedSharding(where, P())), tree)
 
 
 def shard_batch(batch, where):
-  """Places a global host batch split along its leading axis over the mesh."""
-  return jax.device_put(batch, NamedSharding(where, P(AXIS)))
+  """This process's rows of the global batch, as one global array.
+
+  In one process the rows are the whole global batch; with many, each
+  process reads only its slice (`workloads.batches.process_slice`) and the
+  global array is assembled from the slices, in process order.
+  """
+  sharding = NamedSharding(where, P(AXIS))
+  return jax.tree.map(
+      lambda x: jax.make_array_from_process_local_data(sharding, x), batch)
+
+
+def shard_members(tree, where):
+  """A host tree with one row per member (the same in every process), split
+  over the mesh's first axis: a global array, each process its devices' rows."""
+  sharding = NamedSharding(where, P(where.axis_names[0]))
+
+  def put(x):
+    if not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+      return _global(x, sharding)
+    return jax.random.wrap_key_data(_global(jax.random.key_data(x), sharding),
+                                    impl=jax.random.key_impl(x))
+
+  return jax.tree.map(put, tree)
+# endregion
 
 
 def fetch(tree):
@@ -88,9 +129,17 @@ def check_members(members: int, where) -> None:
         f"({n_devices}) members, got {members}")
 
 
+# region: many-hosts-port-members
 def fetch_members(tree):
-  """Numpy copy of a per-member tree (its leading axis is the member axis)."""
+  """Numpy copy of a per-member tree (its leading axis is the member axis).
+
+  With many processes each holds only its devices' members:
+  `process_allgather` brings every member to every process.
+  """
+  if jax.process_count() > 1:
+    return multihost_utils.process_allgather(tree)
   return jax.device_get(tree)
+# endregion
 
 
 MERGE_ENV = "JAX_PMAP_SHMAP_MERGE"

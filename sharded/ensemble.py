@@ -21,6 +21,9 @@ from workloads import ensemble
 
 VARIANTS = ("shard_map",)
 make_placement = devices.ensemble_placement
+# put_batch takes the whole global batch, the same in every process: every
+# member trains on all of it.
+PROCESS_LOCAL_BATCH = False
 
 _MEMBERS, _REPLICATED = P(devices.ENSEMBLE_AXIS), P()
 MEMBER_LOOPS = ("sequential", "vmap")
@@ -55,7 +58,8 @@ def create_state(seed, config, placement):
   """The members' initial train states, stacked, each from its own key."""
   devices.check_members(config.members, placement)
   create_train_state = _create_train_state(placement)
-  return create_train_state(ensemble.member_keys(seed, config.members),
+  return create_train_state(devices.shard_members(
+      ensemble.member_keys(seed, config.members), placement),
                             config.learning_rate, config.momentum,
                             config.input_shape)
 

@@ -1,0 +1,412 @@
+"""`--processes P`: P local workers of one program, started and supervised.
+
+`python -m compare --processes P --devices D` (and both training programs)
+runs the same command P times, each a worker of one `jax.distributed` job
+on localhost (`--coordinator 127.0.0.1:PORT --num-processes P --process-id
+I`, `compare.distributed`) with D emulated CPU devices (`JAX_PLATFORMS=cpu`,
+`XLA_FLAGS=--xla_force_host_platform_device_count=D`), P x D devices in all.
+Nothing else passes between the launcher and its workers: the workers join
+through jax.distributed, and the launcher only starts them and waits.
+
+- Process 0's output is shown as it comes (it alone prints the report);
+  every worker's output also goes to a log directory, removed when the job
+  ends well and named when it does not.
+- The first worker that is lost (killed, crashed, aborted) ends the job:
+  the launcher prints one line naming it, stops the others (SIGTERM, then
+  SIGKILL) and exits 4. A worker that exits with a usage error (2) ends it
+  too, with that worker's one line. Otherwise the launcher exits with the
+  workers' common exit code.
+- No worker outlives the launcher: each asks Linux to kill it when the
+  launcher dies (`compare.distributed.die_with_launcher`), and the
+  launcher stops them on every way out, Ctrl-C included.
+
+This module imports no jax.
+"""
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from compare import distributed
+from compare import emulation
+
+EXIT_USAGE, EXIT_LOST, EXIT_INTERRUPTED = 2, 4, 130
+# How long the others may take to finish once one worker has finished well.
+FINISH_GRACE_S = 60
+# How long a stopped worker gets between SIGTERM and SIGKILL.
+STOP_GRACE_S = 5
+# Runtime chatter that is not the program's output: gloo's connection
+# lines, absl log lines (I/W/E/F1122 12:00:00.000000 pid file:line]), and
+# the stack dumps of a worker that aborts.
+_NOISE = re.compile(r"^(\[Gloo\]|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+\]|"
+                    r"\*\*\* Check failure stack trace|\s+@\s+0x)")
+
+
+class LaunchError(Exception):
+  """The job cannot start (one line, exit 2)."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+  """A TCP port that nothing listens on now."""
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+    probe.bind((host, 0))
+    return probe.getsockname()[1]
+
+
+def strip_flags(argv: list[str], flags: dict[str, int]) -> list[str]:
+  """`argv` without `flags` (`{flag: how many values it takes}`)."""
+  out, skip = [], 0
+  for arg in argv:
+    if skip:
+      skip -= 1
+      continue
+    name = arg.split("=", 1)[0]
+    if name in flags:
+      skip = 0 if "=" in arg else flags[name]
+      continue
+    out.append(arg)
+  return out
+
+
+LAUNCHER_FLAGS = {"--processes": 1, "--baseline": 0, "--coordinator": 1}
+
+
+def worker_env(devices: int) -> dict[str, str]:
+  """The environment of a local worker with `devices` emulated CPU devices."""
+  env = dict(os.environ)
+  flags = [f for f in env.get("XLA_FLAGS", "").split()
+           if not f.startswith(emulation.COUNT_FLAG)]
+  env["XLA_FLAGS"] = " ".join([*flags, f"{emulation.COUNT_FLAG}={devices}"])
+  env["JAX_PLATFORMS"] = "cpu"
+  env.setdefault("JAX_CPU_COLLECTIVES_IMPLEMENTATION", "gloo")
+  env["PYTHONUNBUFFERED"] = "1"
+  env[distributed.PARENT_ENV] = str(os.getpid())
+  return env
+
+
+def _describe(rc: int) -> str:
+  if rc < 0:
+    try:
+      return f"killed by {signal.Signals(-rc).name}"
+    except ValueError:
+      return f"killed by signal {-rc}"
+  return f"exited with code {rc}"
+
+
+class _Relay(threading.Thread):
+  """Copies a worker's stream to a log file and, unless muted, to ours."""
+
+  def __init__(self, stream, log_path, out, job):
+    super().__init__(daemon=True)
+    self.stream, self.log_path, self.out, self.job = stream, log_path, out, job
+    self.last_line = ""
+
+  def run(self):
+    with open(self.log_path, "w") as log:
+      for line in iter(self.stream.readline, ""):
+        log.write(line)
+        log.flush()
+        if _NOISE.match(line):
+          continue
+        if line.strip():
+          self.last_line = line.rstrip("\n")
+        if self.out is not None and not self.job.muted:
+          with self.job.lock:
+            self.out.write(line)
+            self.out.flush()
+
+
+class Job:
+  """P local workers of one command, and what became of them."""
+
+  def __init__(self, prog, module, argv, processes, devices, coordinator=None,
+               normal=(0, 1, 2, 3)):
+    self.prog, self.module, self.argv = prog, module, list(argv)
+    self.processes, self.devices = processes, devices
+    self.coordinator, self.normal = coordinator, normal
+    self.muted, self.lock = False, threading.Lock()
+    self.procs, self.relays = [], []
+    self.logs = None
+
+  def _address(self):
+    if not self.coordinator:
+      return f"127.0.0.1:{free_port()}"
+    _, port = distributed.split_address(self.coordinator)
+    if distributed.port_in_use(port):
+      raise LaunchError(f"coordinator port {port} is already in use: choose "
+                        "another --coordinator HOST:PORT, or leave it out "
+                        "for a free one")
+    return self.coordinator
+
+  def start(self):
+    address = self._address()
+    self.logs = tempfile.mkdtemp(prefix=f"shardport-{self.prog}-")
+    env = worker_env(self.devices)
+    base = strip_flags(self.argv, LAUNCHER_FLAGS)
+    for i in range(self.processes):
+      command = [sys.executable, "-m", self.module, *base,
+                 "--coordinator", address, "--num-processes",
+                 str(self.processes), "--process-id", str(i)]
+      log = lambda kind, i=i: os.path.join(self.logs, f"process-{i}.{kind}")
+      if i == 0:
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        self.relays = [_Relay(proc.stdout, log("out"), sys.stdout, self),
+                       _Relay(proc.stderr, log("err"), sys.stderr, self)]
+        for relay in self.relays:
+          relay.start()
+      else:
+        with open(log("out"), "w") as out, open(log("err"), "w") as err:
+          proc = subprocess.Popen(command, env=env, stdout=out, stderr=err,
+                                  start_new_session=True)
+      self.procs.append(proc)
+
+  def stop(self):
+    """Stops every worker still running: SIGTERM, then SIGKILL."""
+    alive = [p for p in self.procs if p.poll() is None]
+    for proc in alive:
+      with contextlib.suppress(ProcessLookupError):
+        proc.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for proc in alive:
+      try:
+        proc.wait(max(0.0, deadline - time.monotonic()))
+      except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+          proc.kill()
+        proc.wait()
+
+  def _say(self, line):
+    self.muted = True
+    with self.lock:
+      print(f"{self.prog}: error: {line}", file=sys.stderr, flush=True)
+
+  def _error_line(self, i):
+    """Worker `i`'s last line on stderr (its one-line error)."""
+    if i == 0:
+      for relay in self.relays:
+        relay.join(timeout=5)
+      return None  # already shown
+    with open(os.path.join(self.logs, f"process-{i}.err")) as err:
+      lines = [l.rstrip("\n") for l in err if l.strip() and
+               not _NOISE.match(l)]
+    return lines[-1] if lines else None
+
+  def supervise(self) -> int:
+    """Waits for every worker; returns the job's exit code."""
+    start = time.monotonic()
+    codes, first_done = {}, None
+    while len(codes) < len(self.procs):
+      for i, proc in enumerate(self.procs):
+        if i in codes or proc.poll() is None:
+          continue
+        rc = codes[i] = proc.returncode
+        if rc == EXIT_USAGE and EXIT_USAGE in self.normal:
+          line = self._error_line(i)
+          self.muted = True
+          self.stop()
+          if line:
+            print(line, file=sys.stderr, flush=True)
+          return EXIT_USAGE
+        if rc not in self.normal:
+          others = self.processes - 1
+          self._say(f"lost process {i} of {self.processes} (pid {proc.pid}, "
+                    f"{_describe(rc)}) after {time.monotonic() - start:.1f} "
+                    f"s; stopped the other{'s' if others > 1 else ''}; logs "
+                    f"in {self.logs}")
+          self.stop()
+          return EXIT_LOST
+        first_done = first_done or time.monotonic()
+      if first_done and time.monotonic() - first_done > FINISH_GRACE_S:
+        late = [i for i in range(self.processes) if i not in codes]
+        self._say(f"process {late[0]} of {self.processes} (pid "
+                  f"{self.procs[late[0]].pid}) did not finish within "
+                  f"{FINISH_GRACE_S} s of the others; stopped it; logs in "
+                  f"{self.logs}")
+        self.stop()
+        return EXIT_LOST
+      time.sleep(0.05)
+    for relay in self.relays:
+      relay.join(timeout=5)
+    if len(set(codes.values())) > 1:
+      self._say(f"the processes disagree: exit codes {codes}; logs in "
+                f"{self.logs}")
+      return EXIT_LOST
+    shutil.rmtree(self.logs, ignore_errors=True)
+    return codes[0]
+
+
+def _on_sigterm(signum, frame):
+  del frame
+  raise SystemExit(128 + signum)
+
+
+def launch(prog: str, module: str, argv: list[str], processes: int,
+           devices: int, coordinator: str | None = None,
+           normal=(0, 1, 2, 3)) -> int:
+  """Runs `python -m module argv` as `processes` local workers; supervises.
+
+  Args:
+    prog: the program's name in messages (`compare`, `train`).
+    module: what `python -m` runs in each worker.
+    argv: the command line as given (launcher flags are removed).
+    processes: how many workers.
+    devices: emulated CPU devices per worker.
+    coordinator: `HOST:PORT` to use; a free localhost port if None.
+    normal: the exit codes a worker ends with on its own (others: lost).
+
+  Returns:
+    The workers' common exit code; 2 when the job could not start or a
+    worker reported bad usage; 4 when a worker was lost; 130 on Ctrl-C.
+  """
+  job = Job(prog, module, argv, processes, devices, coordinator, normal)
+  previous = None
+  if threading.current_thread() is threading.main_thread():
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+  try:
+    job.start()
+    return job.supervise()
+  except LaunchError as err:
+    print(f"{prog}: error: {err}", file=sys.stderr)
+    return EXIT_USAGE
+  except KeyboardInterrupt:
+    job.muted = True
+    print(f"{prog}: interrupted; stopped every process", file=sys.stderr)
+    return EXIT_INTERRUPTED
+  finally:
+    job.stop()
+    if previous is not None:
+      signal.signal(signal.SIGTERM, previous)
+
+
+def run_single(module: str, argv: list[str], devices: int, log: str) -> int:
+  """`python -m module argv --processes 1 --devices N`, its output to `log`.
+
+  The baseline a multi-process job is measured against: one process with
+  all the devices, joined through jax.distributed like the job's workers,
+  so that its collectives are gloo's too and sum in the same order.
+  """
+  command = [sys.executable, "-m", module, *strip_flags(argv, LAUNCHER_FLAGS),
+             "--processes", "1", "--devices", str(devices)]
+  with open(log, "w") as out:
+    proc = subprocess.Popen(command, env=worker_env(devices), stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+      return proc.wait()
+    finally:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+# --- the 1-process baseline --------------------------------------------------
+
+
+def _load(path):
+  with open(path) as f:
+    return json.load(f)
+
+
+def _write(report, path):
+  from compare import report as reports  # pylint: disable=g-import-not-at-top
+  reports.write_json(report, path)
+
+
+def compare_baseline(multi: dict, single: dict) -> tuple[dict, list[str]]:
+  """`python -m compare` reports of P x D and 1 x (P*D): fields and lines."""
+  runs = {}
+  for name, run in multi["runs"].items():
+    base = single["runs"].get(name, {})
+    rate, base_rate = run.get("examples_per_s"), base.get("examples_per_s")
+    runs[name] = {
+        "examples_per_s": rate, "baseline_examples_per_s": base_rate,
+        "examples_per_s_ratio": (rate / base_rate if rate and base_rate
+                                 else None),
+        "state_digest": run["state_digest"],
+        "same_state_digest": run["state_digest"] == base.get("state_digest")}
+  fields = {"processes": 1, "devices": single["devices"],
+            "verdict": single["verdict"], "runs": runs,
+            "same_state_digests": all(r["same_state_digest"]
+                                      for r in runs.values())}
+  return fields, _lines(multi, single, runs)
+
+
+def train_baseline(multi: dict, single: dict) -> tuple[dict, list[str]]:
+  """Training programs' results of P x D and 1 x (P*D): fields and lines."""
+  batch = multi["config"]["global_batch"]
+  rate = multi["steps_per_s"] and multi["steps_per_s"] * batch
+  base_rate = single["steps_per_s"] and single["steps_per_s"] * batch
+  runs = {multi["variant"]: {
+      "examples_per_s": rate, "baseline_examples_per_s": base_rate,
+      "examples_per_s_ratio": rate / base_rate if rate and base_rate else None,
+      "state_digest": multi["state_digest"],
+      "same_state_digest": multi["state_digest"] == single["state_digest"]}}
+  fields = {"processes": 1, "devices": single["devices"], "runs": runs,
+            "same_state_digests": runs[multi["variant"]]["same_state_digest"]}
+  return fields, _lines(multi, single, runs)
+
+
+def _lines(multi, single, runs):
+  lines = [f"{multi['processes']} processes x "
+           f"{multi['devices'] // multi['processes']} devices against 1 "
+           f"process x {single['devices']} devices (run one after the "
+           "other in this invocation):"]
+  for name, run in runs.items():
+    ratio = run["examples_per_s_ratio"]
+    lines.append(
+        f"  {name:<12} examples/s {run['examples_per_s'] or 0:.0f} vs "
+        f"{run['baseline_examples_per_s'] or 0:.0f}: "
+        + (f"{ratio:.2f}x" if ratio else "-")
+        + f"; state digest {run['state_digest'][:16]} "
+        + ("equal" if run["same_state_digest"] else "DIFFERS"))
+  return lines
+
+
+def launch_with_baseline(prog, module, argv, processes, devices, coordinator,
+                         normal, result_path, result_argv, kind) -> int:
+  """The job, then the same command in 1 process with all the devices.
+
+  Args:
+    result_path: where the job writes its JSON (`--json` or
+      `WORKDIR/result.json`); the baseline fields are added to it there.
+    result_argv: `path -> extra argv` that sends the baseline's result to
+      `path` instead.
+    kind: `compare_baseline` or `train_baseline`.
+
+  Returns:
+    The job's exit code; 1 when a state digest differs from the
+    baseline's.
+  """
+  rc = launch(prog, module, argv, processes, devices, coordinator, normal)
+  if rc != 0 and rc not in (1, 3):
+    return rc
+  folder = tempfile.mkdtemp(prefix=f"shardport-{prog}-baseline-")
+  try:
+    single_rc = run_single(
+        module, [*argv, *result_argv(folder)], processes * devices,
+        os.path.join(folder, "output.txt"))
+    result = os.path.join(folder, "result.json")
+    if not os.path.exists(result):
+      print(f"{prog}: error: the 1-process baseline failed (exit "
+            f"{single_rc}); its output:\n"
+            + open(os.path.join(folder, "output.txt")).read()[-2000:],
+            file=sys.stderr)
+      return rc or 1
+    multi = _load(result_path)
+    fields, lines = kind(multi, _load(result))
+    multi["baseline"] = fields
+    _write(multi, result_path)
+    print("\n".join(lines), flush=True)
+    return rc or (0 if fields["same_state_digests"] else 1)
+  finally:
+    shutil.rmtree(folder, ignore_errors=True)
