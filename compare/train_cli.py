@@ -94,7 +94,9 @@ def main(backend: str, argv=None) -> int:
   except options.UsageError as err:
     print(f"train: error: {err}", file=sys.stderr)
     return EXIT_USAGE
-  print(f"step {result['steps']}: test_loss {result['test_loss']:.4g} "
-        f"test_accuracy {result['test_accuracy']} state_digest "
-        f"{result['state_digest'][:16]} ({job.workdir}/result.json)")
+  accuracy = result.get("test_accuracy")
+  print(f"step {result['steps']}: test_loss {result['test_loss']:.4g}"
+        f"{f' test_accuracy {accuracy:.4f}' if accuracy is not None else ''}"
+        f" state_digest {result['state_digest'][:16]} "
+        f"({job.workdir}/result.json)")
   return EXIT_DONE
