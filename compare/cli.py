@@ -168,8 +168,8 @@ def _launch(args, argv):
     path = args.json or f"{folder}/report.json"
     return launcher.launch_with_baseline(
         argv=[*argv, "--json", path], normal=(0, 1, 2, 3), result_path=path,
-        result_argv=lambda into: ["--json", f"{into}/result.json",
-                                  "--plot", ""],
+        result_argv=lambda into: (["--json", f"{into}/result.json",
+                                   "--plot", ""], f"{into}/result.json"),
         kind=launcher.compare_baseline, **launch)
 
 

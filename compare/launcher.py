@@ -12,8 +12,7 @@ through jax.distributed, and the launcher only starts them and waits.
   every worker's output also goes to a log directory, removed when the job
   ends well and named when it does not.
 - The first worker that is lost (killed, crashed, aborted) ends the job:
-  the launcher prints one line naming it, stops the others (SIGTERM, then
-  SIGKILL) and exits 4. A worker that exits with a usage error (2) ends it
+  the launcher prints one line naming it, kills the others and exits 4. A worker that exits with a usage error (2) ends it
   too, with that worker's one line. Otherwise the launcher exits with the
   workers' common exit code.
 - No worker outlives the launcher: each asks Linux to kill it when the
@@ -42,8 +41,10 @@ from compare import emulation
 EXIT_USAGE, EXIT_LOST, EXIT_INTERRUPTED = 2, 4, 130
 # How long the others may take to finish once one worker has finished well.
 FINISH_GRACE_S = 60
-# How long a stopped worker gets between SIGTERM and SIGKILL.
-STOP_GRACE_S = 5
+# How long a line of process 0's stderr is held before it is shown: a
+# worker lost kills its peers' collectives at once, and their tracebacks
+# must not come before the one line that names it.
+HOLD_S = 0.5
 # Runtime chatter that is not the program's output: gloo's connection
 # lines, absl log lines (I/W/E/F1122 12:00:00.000000 pid file:line]), and
 # the stack dumps of a worker that aborts.
@@ -105,21 +106,21 @@ def _describe(rc: int) -> str:
 class _Relay(threading.Thread):
   """Copies a worker's stream to a log file and, unless muted, to ours."""
 
-  def __init__(self, stream, log_path, out, job):
+  def __init__(self, stream, log_path, out, job, hold_s=0.0):
     super().__init__(daemon=True)
     self.stream, self.log_path, self.out, self.job = stream, log_path, out, job
-    self.last_line = ""
+    self.hold_s = hold_s
 
   def run(self):
     with open(self.log_path, "w") as log:
       for line in iter(self.stream.readline, ""):
+        arrived = time.monotonic()
         log.write(line)
         log.flush()
         if _NOISE.match(line):
           continue
-        if line.strip():
-          self.last_line = line.rstrip("\n")
-        if self.out is not None and not self.job.muted:
+        time.sleep(max(0.0, arrived + self.hold_s - time.monotonic()))
+        if not self.job.muted:
           with self.job.lock:
             self.out.write(line)
             self.out.flush()
@@ -162,7 +163,8 @@ class Job:
                                 stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
         self.relays = [_Relay(proc.stdout, log("out"), sys.stdout, self),
-                       _Relay(proc.stderr, log("err"), sys.stderr, self)]
+                       _Relay(proc.stderr, log("err"), sys.stderr, self,
+                              hold_s=HOLD_S)]
         for relay in self.relays:
           relay.start()
       else:
@@ -172,19 +174,16 @@ class Job:
       self.procs.append(proc)
 
   def stop(self):
-    """Stops every worker still running: SIGTERM, then SIGKILL."""
-    alive = [p for p in self.procs if p.poll() is None]
-    for proc in alive:
-      with contextlib.suppress(ProcessLookupError):
-        proc.terminate()
-    deadline = time.monotonic() + STOP_GRACE_S
-    for proc in alive:
-      try:
-        proc.wait(max(0.0, deadline - time.monotonic()))
-      except subprocess.TimeoutExpired:
+    """Kills every worker still running (SIGKILL) and waits for it.
+
+    Not SIGTERM: jax.distributed takes SIGTERM for a preemption notice and
+    carries on; a job that lost a worker has nothing left to save.
+    """
+    for proc in self.procs:
+      if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
           proc.kill()
-        proc.wait()
+      proc.wait()
 
   def _say(self, line):
     self.muted = True
@@ -379,8 +378,8 @@ def launch_with_baseline(prog, module, argv, processes, devices, coordinator,
   Args:
     result_path: where the job writes its JSON (`--json` or
       `WORKDIR/result.json`); the baseline fields are added to it there.
-    result_argv: `path -> extra argv` that sends the baseline's result to
-      `path` instead.
+    result_argv: `folder -> (extra argv, result path)`: what sends the
+      baseline's result into a fresh `folder`, and where it lands.
     kind: `compare_baseline` or `train_baseline`.
 
   Returns:
@@ -392,10 +391,9 @@ def launch_with_baseline(prog, module, argv, processes, devices, coordinator,
     return rc
   folder = tempfile.mkdtemp(prefix=f"shardport-{prog}-baseline-")
   try:
-    single_rc = run_single(
-        module, [*argv, *result_argv(folder)], processes * devices,
-        os.path.join(folder, "output.txt"))
-    result = os.path.join(folder, "result.json")
+    extra, result = result_argv(folder)
+    single_rc = run_single(module, [*argv, *extra], processes * devices,
+                           os.path.join(folder, "output.txt"))
     if not os.path.exists(result):
       print(f"{prog}: error: the 1-process baseline failed (exit "
             f"{single_rc}); its output:\n"

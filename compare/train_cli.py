@@ -14,6 +14,8 @@ imports jax.
 import sys
 
 from compare import checkpoints
+from compare import distributed
+from compare import emulation
 from compare import options
 from compare import strategies
 
@@ -25,6 +27,7 @@ def build_parser(backend: str) -> options.Parser:
   parser = options.Parser(prog=f"python -m {backend}.train",
                           description=__doc__.split("\n")[0])
   options.add_run_options(parser, tuple(strategies.STRATEGIES))
+  options.add_process_options(parser)
   add = parser.add_argument
   add("--workdir", required=True,
       help="checkpoints, metrics.jsonl and result.json go here; a run "
@@ -44,6 +47,26 @@ def _check(args):
                              ("--max-to-keep", args.max_to_keep, 1)):
     if value is not None and value < least:
       raise options.UsageError(f"{flag} must be at least {least}, got {value}")
+  distributed.check(args)
+
+
+def _launch(backend, args, argv):
+  """`--processes P`: P local workers (`compare.launcher`) sharing the
+  workdir, and with `--baseline` the same job in one process with all the
+  devices, in a workdir of its own."""
+  import os  # pylint: disable=g-import-not-at-top
+  from compare import launcher  # pylint: disable=g-import-not-at-top
+  launch = dict(prog="train", module=f"{backend}.train",
+                processes=args.processes,
+                devices=args.devices or emulation.DEFAULT_DEVICES,
+                coordinator=args.coordinator, normal=(EXIT_DONE, EXIT_USAGE))
+  if not args.baseline:
+    return launcher.launch(argv=argv, **launch)
+  return launcher.launch_with_baseline(
+      argv=argv, result_path=os.path.join(args.workdir, "result.json"),
+      result_argv=lambda into: (["--workdir", f"{into}/work"],
+                                f"{into}/work/result.json"),
+      kind=launcher.train_baseline, **launch)
 
 
 def _prepare(backend, args):
@@ -78,10 +101,17 @@ def _quiet_orbax():
 
 def main(backend: str, argv=None) -> int:
   """Parses `argv`, trains with `backend`'s modules, returns the exit code."""
-  from compare import training  # pylint: disable=g-import-not-at-top
+  argv = sys.argv[1:] if argv is None else list(argv)
+  distributed.die_with_launcher()
   try:
     args = build_parser(backend).parse_args(argv)
     _check(args)
+    if distributed.is_launcher(args):
+      return _launch(backend, args, argv)
+    distributed.quiet_native_stdout()
+    if distributed.is_worker(args):
+      distributed.join(args)
+    from compare import training  # pylint: disable=g-import-not-at-top
     _quiet_orbax()
     try:
       job = _prepare(backend, args)
@@ -94,6 +124,8 @@ def main(backend: str, argv=None) -> int:
   except options.UsageError as err:
     print(f"train: error: {err}", file=sys.stderr)
     return EXIT_USAGE
+  if not distributed.is_main_process():
+    return EXIT_DONE
   accuracy = result.get("test_accuracy")
   print(f"step {result['steps']}: test_loss {result['test_loss']:.4g}"
         f"{f' test_accuracy {accuracy:.4f}' if accuracy is not None else ''}"

@@ -28,6 +28,7 @@ import numpy as np
 import tqdm
 
 from compare import checkpoints
+from compare import distributed
 from compare import report
 from compare import runner
 from compare import strategies
@@ -132,7 +133,8 @@ def prepare(backend: str, strategy, config, workdir: str, *, data,
   _check_workdir(workdir)
   job = Job(backend, strategy, config, data, n_devices, workdir, schedule,
             module, placement, checkpoints.Layout.of(module, config, calls),
-            checkpoints.run_record(strategy.name, config, backend, n_devices),
+            checkpoints.run_record(strategy.name, config, backend,
+                                   n_devices * jax.process_count()),
             schedule.eval_every or strategy.eval_every(
                 config, len(data.train_inputs)))
   _peek_newest(job)
@@ -155,7 +157,20 @@ def _check_space(job, like):
 
 
 def _log(line, progress):
-  (tqdm.tqdm.write if progress else print)(line)
+  if distributed.is_main_process():
+    (tqdm.tqdm.write if progress else print)(line)
+
+
+def _process_rows(job) -> tuple[int, int]:
+  """`(process_index, process_count)` of the rows `put_batch` takes: this
+  process's slice for data-parallel programs, the whole batch otherwise."""
+  if getattr(job.module, "PROCESS_LOCAL_BATCH", False):
+    return jax.process_index(), jax.process_count()
+  return 0, 1
+
+
+def _global_devices(job) -> int:
+  return job.n_devices * jax.process_count()
 
 
 def _rewind_metrics(path, step):
@@ -178,22 +193,25 @@ def _rewind_metrics(path, step):
 
 def _restore(job, manager, like, progress):
   """The state to start from, and what restoring it found (None: fresh)."""
+  main = distributed.is_main_process()
   restored = checkpoints.restore_newest(
       manager, like, job.layout, job.record,
-      warn=lambda line: print(f"train: {line}", file=sys.stderr))
+      warn=lambda line: main and print(f"train: {line}", file=sys.stderr))
   if restored is None:
     return like, None
-  _rewind_metrics(_path(job, "metrics.jsonl"), restored.step)
+  if main:
+    _rewind_metrics(_path(job, "metrics.jsonl"), restored.step)
   record = restored.record
   _log(f"resumed from step {restored.step} ({record['backend']}, "
        f"{record['devices']} devices"
        f"{', one copy per device' if restored.classic else ''}) in "
        f"{restored.seconds:.2f} s", progress)
-  if record["devices"] != job.n_devices and not hasattr(job.config,
-                                                        "members"):
+  devices = _global_devices(job)
+  if (record["devices"] != devices and not hasattr(job.config, "members")
+      and main):
     print(f"train: note: the checkpoint was written on {record['devices']} "
-          f"devices, this run has {job.n_devices}: the state restores "
-          f"bitwise, and from here on the steps follow {job.n_devices} "
+          f"devices, this run has {devices}: the state restores "
+          f"bitwise, and from here on the steps follow {devices} "
           "devices' loss normalisation (the classic loss sums over each "
           "device's batch: workloads/registry.py)", file=sys.stderr)
   return restored.state, restored
@@ -219,7 +237,10 @@ def _programs(job, start):
   step = runner.optimizer_step(
       module.make_train_step(job.config, job.placement, module.VARIANTS[0]),
       job.layout.calls_per_step)
-  test_batch = module.put_batch(batches.test_batch(job.data, job.n_devices),
+  test_batch = batches.test_batch(job.data, _global_devices(job))
+  index, count = _process_rows(job)
+  part = batches.process_slice(len(test_batch["targets"]), index, count)
+  test_batch = module.put_batch({k: v[part] for k, v in test_batch.items()},
                                 job.placement)
   return _Loop(step, module.make_evaluate(job.config, job.placement),
                test_batch, last_saved=start)
@@ -257,12 +278,16 @@ def _train(job, manager, state, start, progress):
   # The batch order depends only on the seed and the step: a run resumed at
   # `start` takes exactly the batches the uninterrupted run takes from there.
   order = itertools.islice(batches.train_batches(
-      job.data, config.seed, config.global_batch, config.steps), start, None)
+      job.data, config.seed, config.global_batch, config.steps,
+      *_process_rows(job)), start, None)
   # endregion
   bar = tqdm.tqdm(order, total=config.steps, initial=start, desc=job.backend,
                   file=sys.stderr, disable=not progress)
   began = None
-  with open(_path(job, "metrics.jsonl"), "a") as metrics_file:
+  # One metrics.jsonl, from process 0.
+  metrics_path = (_path(job, "metrics.jsonl")
+                  if distributed.is_main_process() else os.devnull)
+  with open(metrics_path, "a") as metrics_file:
     for done, host_batch in enumerate(bar, start + 1):
       state, metrics = loop.step(state, job.module.put_batch(host_batch,
                                                              job.placement))
@@ -313,7 +338,10 @@ def run(job: Job, progress: bool = False) -> dict:
     manager.close()
   result = _result(job, state, loop, restored, start, wait_s)
   result.update(_evaluate(job, loop, state))
-  report.write_json(result, _path(job, "result.json"))
+  # One result.json, from process 0, once every process got this far.
+  distributed.barrier("result")
+  if distributed.is_main_process():
+    report.write_json(result, _path(job, "result.json"))
   return result
 
 
@@ -323,7 +351,7 @@ def _result(job, state, loop, restored, start, wait_s):
       "program": f"python -m {job.backend}.train",
       "backend": job.backend, "variant": job.module.VARIANTS[0],
       "strategy": job.strategy.name, "workload": job.config.workload,
-      "dataset": job.config.dataset, "devices": job.n_devices,
+      "dataset": job.config.dataset, "devices": _global_devices(job),
       "processes": jax.process_count(), "platform": jax.default_backend(),
       "steps": job.config.steps, "resumed_from": start if restored else None,
       "steps_run": steps_run,
