@@ -42,26 +42,6 @@ class CheckpointError(ValueError):
   """A checkpoint that this run must not continue from (exit 2)."""
 
 
-class _MemberLayout:
-  """Per-member state: the member axis leads in every backend and on disk."""
-
-  @staticmethod
-  def to_checkpoint(tree):
-    """As is: the leading axis is the member axis, on disk too."""
-    return tree
-
-  @staticmethod
-  def checkpoint_target(tree):
-    """Each leaf's own shape and sharding (members split over devices)."""
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(
-        x.shape, x.dtype, sharding=x.sharding), tree)
-
-  @staticmethod
-  def from_checkpoint(tree, like):
-    """As restored: Orbax placed it on `like`'s shardings."""
-    del like
-    return tree
-
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
@@ -69,7 +49,8 @@ class Layout:
 
   Attributes:
     module: the program (e.g. `sharded.ensemble`), for `to_host`.
-    placement: the backend's `devices` module, or the per-member layout.
+    placement: the backend's `devices` module, or its `MemberCheckpoints`
+      for ensembles (the member axis leads in every backend and on disk).
     calls_per_step: calls of the step per optimiser step (the train state's
       own step counter advances by this much per optimiser step).
   """
@@ -81,11 +62,11 @@ class Layout:
   @classmethod
   def of(cls, module, config, calls_per_step=1):
     """The layout of `module` (a backend program) for `config`."""
-    if hasattr(config, "members"):
-      return cls(module, _MemberLayout, calls_per_step)
     backend = module.__name__.rpartition(".")[0]
-    return cls(module, importlib.import_module(f"{backend}.devices"),
-               calls_per_step)
+    devices = importlib.import_module(f"{backend}.devices")
+    if hasattr(config, "members"):
+      return cls(module, devices.MemberCheckpoints, calls_per_step)
+    return cls(module, devices, calls_per_step)
 
   def saved(self, state):
     """The state's `{"params", "opt_state"}` as the checkpoint holds them."""

@@ -137,6 +137,28 @@ def check_members(members: int, where) -> None:
         f"({n_devices}) members, got {members}")
 
 
+class MemberCheckpoints:
+  """An ensemble's state as a checkpoint holds it: every member, the member
+  axis leading (`compare.checkpoints.Layout`). The port's state already is
+  one global array of all the members: Orbax writes it cooperatively, each
+  process its own rows, and restores it onto the same shardings.
+  """
+
+  @staticmethod
+  def to_checkpoint(tree):
+    return tree
+
+  @staticmethod
+  def checkpoint_target(tree):
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+        x.shape, x.dtype, sharding=x.sharding), tree)
+
+  @staticmethod
+  def from_checkpoint(tree, like):
+    del like
+    return tree
+
+
 # region: many-hosts-port-members
 def fetch_members(tree):
   """Numpy copy of a per-member tree (its leading axis is the member axis).
