@@ -103,6 +103,16 @@ def _describe(rc: int) -> str:
   return f"exited with code {rc}"
 
 
+def _blame(rc: int, normal) -> int:
+  """Who is named when several workers are seen ending at once: killed by
+  a signal (not jax's own SIGABRT), failed, aborted, then ended well."""
+  if rc < 0 and rc != -signal.SIGABRT:
+    return 0
+  if rc not in normal and rc != -signal.SIGABRT:
+    return 1
+  return 2 if rc == -signal.SIGABRT else 3
+
+
 class _Relay(threading.Thread):
   """Copies a worker's stream to a log file and, unless muted, to ours."""
 
@@ -206,9 +216,13 @@ class Job:
     start = time.monotonic()
     codes, first_done = {}, None
     while len(codes) < len(self.procs):
-      for i, proc in enumerate(self.procs):
-        if i in codes or proc.poll() is None:
-          continue
+      ended = [i for i, proc in enumerate(self.procs)
+               if i not in codes and proc.poll() is not None]
+      # Several seen ending at once: the one killed from outside first, as
+      # its peers die of its loss (gloo errors, jax's SIGABRT) right after.
+      ended.sort(key=lambda i: _blame(self.procs[i].returncode, self.normal))
+      for i in ended:
+        proc = self.procs[i]
         rc = codes[i] = proc.returncode
         if rc == EXIT_USAGE and EXIT_USAGE in self.normal:
           line = self._error_line(i)
