@@ -78,33 +78,55 @@ def optimizer_step(step, calls):
   return whole_step
 
 
+def _merged(descriptions):
+  """One description of programs that run one after another per step.
+
+  Collectives, bytes and FLOPs add up; each memory figure is the largest of
+  the programs' (they do not live at the same time).
+  """
+  merged = dict(descriptions[0])
+  for key in ("collectives", "collectives_per_step_executed"):
+    merged[key] = {name: sum(d[key][name] for d in descriptions)
+                   for name in descriptions[0][key]}
+  merged["all_reduce_bytes"] = sum(d["all_reduce_bytes"] for d in descriptions)
+  merged["collectives_exact"] = all(d["collectives_exact"]
+                                    for d in descriptions)
+  merged["memory"] = {name: max(d["memory"][name] for d in descriptions)
+                      for name in descriptions[0]["memory"]}
+  merged["programs"] = len(descriptions)
+  return merged
+
+
 def _compile(run, batch):
   """Compiles the step ahead of time where it is one program.
 
   A step made of several programs called from Python (the classic ensemble's
-  two pmaps) may offer `lowerable`, the same math under one `jit`: it is
-  compiled only to count collectives and read memory, never run, and its
+  two pmaps) offers `lower_each`: its programs lowered as they run, compiled
+  only to count collectives and read memory (`_merged`), never run; their
   compile time is reported. A step with neither (a sequential per-member
   reference, a planted mistake) reports no compile time.
   """
   start = time.perf_counter()
   step = run.step
-  counted = getattr(step, "lowerable", step)
-  if hasattr(counted, "lower"):
-    compiled = counted.lower(run.state, batch).compile()
-    run.compile_s = time.perf_counter() - start
-    run.compiled = hlo.describe(compiled)
-    devices = (1 if isinstance(run.placement, OneDevice)
-               else global_devices(run.n_devices))
-    run.compiled["flops_per_step"] = utilisation.flops(compiled, devices)
-    if run.compiled["flops_per_step"] is not None:
-      run.compiled["flops_per_step"] *= run.calls
-    executed = run.compiled.get("collectives_per_step_executed",
-                                run.compiled["collectives"])
-    run.compiled["collectives_per_step"] = {
-        k: v * run.calls for k, v in executed.items()}
-    if counted is step and not _takes_host_local(run):
-      step = compiled
+  if hasattr(step, "lower_each"):
+    programs = [lowered.compile()
+                for lowered in step.lower_each(run.state, batch)]
+  elif hasattr(step, "lower"):
+    programs = [step.lower(run.state, batch).compile()]
+  else:
+    return optimizer_step(step, run.calls)
+  run.compile_s = time.perf_counter() - start
+  run.compiled = _merged([hlo.describe(p) for p in programs])
+  devices = (1 if isinstance(run.placement, OneDevice)
+             else global_devices(run.n_devices))
+  flops = [utilisation.flops(p, devices) for p in programs]
+  run.compiled["flops_per_step"] = (
+      None if None in flops else sum(flops) * run.calls)
+  run.compiled["collectives_per_step"] = {
+      k: v * run.calls
+      for k, v in run.compiled["collectives_per_step_executed"].items()}
+  if hasattr(step, "lower") and not _takes_host_local(run):
+    step = programs[0]
   return optimizer_step(step, run.calls)
 
 
