@@ -78,11 +78,17 @@ class Layout:
     return digest.state_digest(self.module.to_host(state))
 
 
-def open_manager(directory, max_to_keep=None) -> ocp.CheckpointManager:
-  """A manager for `directory`: async saves; leftover temporaries removed."""
+def open_manager(directory, max_to_keep=None,
+                 read_only=False) -> ocp.CheckpointManager:
+  """A manager for `directory`: async saves; leftover temporaries removed.
+
+  The removal runs in the background from the manager's start, so only the
+  one manager that saves may do it: a second one (a `read_only` look before
+  compiling) would race it for the same directories.
+  """
   options = ocp.CheckpointManagerOptions(
       max_to_keep=max_to_keep, enable_async_checkpointing=True,
-      cleanup_tmp_directories=True)
+      cleanup_tmp_directories=not read_only, read_only=read_only)
   handlers = {STATE: ocp.StandardCheckpointHandler(),
               RUN: ocp.JsonCheckpointHandler()}
   return ocp.CheckpointManager(os.path.abspath(directory), options=options,

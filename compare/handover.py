@@ -65,7 +65,7 @@ def resume_into(module, placement, config, directory, step=None,
   layout = checkpoints.Layout.of(module, config, calls_per_step)
   like = module.create_state(config.seed, config, placement)
   current = checkpoints.run_record(strategy or program, config, "", 0)
-  manager = checkpoints.open_manager(directory)
+  manager = checkpoints.open_manager(directory, read_only=True)
   try:
     step = manager.latest_step() if step is None else step
     record = checkpoints.read_record(manager, step)

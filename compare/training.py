@@ -97,7 +97,10 @@ def _check_workdir(workdir):
 def _peek_newest(job) -> int:
   """The newest readable checkpoint's step (0 if none), checked against
   this run: same strategy and config, not past its last step."""
-  manager = checkpoints.open_manager(_path(job, "checkpoints"))
+  if not os.path.isdir(_path(job, "checkpoints")):
+    return 0
+  manager = checkpoints.open_manager(_path(job, "checkpoints"),
+                                     read_only=True)
   try:
     for step in sorted(manager.all_steps(), reverse=True):
       try:
