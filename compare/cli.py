@@ -15,6 +15,7 @@ from compare import emulation
 from compare import options
 from compare import report
 from compare import strategies
+from compare import switch
 from compare import sweep
 
 EXIT_PASS, EXIT_DIFFER, EXIT_USAGE, EXIT_DIVERGED = 0, 1, 2, 3
@@ -30,6 +31,8 @@ def build_parser() -> options.Parser:
   add = parser.add_argument
   add("--negative-control", default=None, metavar="NAME",
       help="plant a known mistake in the port (the verdict must fail)")
+  add("--switch-at", type=int, default=None, metavar="N",
+      help="the port's runs restore pmap's step-N checkpoint and continue")
   add("--sweep-devices", default=None, metavar="N,N,...",
       help="compare on each of these device counts (e.g. 1,2,4,8)")
   add("--windows", type=int, default=10, help="timing windows per run")
@@ -87,6 +90,8 @@ def _prepare(args):
       strategy.validate(config, data, count, jax.process_count())
     control = (strategy.control(args.negative_control)
                if args.negative_control else None)
+    if args.switch_at is not None:
+      switch.check(strategy, config, n_devices, args.switch_at)
   except ValueError as err:  # every input error of workloads and strategies
     raise UsageError(str(err)) from None
   return strategy, config, data, n_devices, control
@@ -114,7 +119,8 @@ def _run(args):
   else:
     result = runner.compare(strategy, config, data, n_devices,
                             windows=args.windows,
-                            progress=sys.stderr.isatty(), control=control)
+                            progress=sys.stderr.isatty(), control=control,
+                            switch_at=args.switch_at)
   full = {"schema": report.SCHEMA, "strategy": strategy.name,
           "date": datetime.date.today().isoformat(),
           "workload": config.workload, "dataset": config.dataset,
@@ -128,6 +134,7 @@ def _run(args):
           "steps": config.steps, "global_batch": config.global_batch,
           "learning_rate": config.learning_rate, "seed": config.seed,
           "negative_control": args.negative_control,
+          "switch_at": args.switch_at,
           "loss_convention": strategy.loss_convention,
           **strategy.report_fields(config), **result}
   if not args.sweep_devices:

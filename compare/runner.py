@@ -20,6 +20,7 @@ import tqdm
 
 from compare import equivalence
 from compare import hlo
+from compare import switch
 from compare import timing
 from compare import utilisation
 from compare import verdicts
@@ -232,8 +233,11 @@ def _record_history(strategy, run, config, test_batch, step):
 
 
 def train(strategy, config, data, n_devices: int, progress: bool = False,
-          control=None):
+          control=None, switch_at=None):
   """Trains every active run in lockstep.
+
+  With `switch_at` the port's runs restore pmap's checkpoint of that step
+  and continue from it (`compare.switch`).
 
   Returns:
     `(runs, drift, diverged)`: the runs (calibration last), the per-step
@@ -264,6 +268,8 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
           by_name[a].host["params"], by_name[b].host["params"]))
     if diverged:
       break
+    if switch_at == i + 1:
+      switch.switch(strategy, config, runs, i + 1)
   for run in runs:
     run.summary = (run.history[-1] if run.history and not diverged else
                    _evaluate(strategy, run, config, test_batch))
@@ -300,10 +306,10 @@ def _run_report(strategy, config, run, speed):
 
 
 def compare(strategy, config, data, n_devices: int, windows: int = 20,
-            progress: bool = False, control=None) -> dict:
+            progress: bool = False, control=None, switch_at=None) -> dict:
   """Trains, checks and times every run; returns the report's fields."""
   runs, pairs, drift, diverged = train(strategy, config, data, n_devices,
-                                       progress, control)
+                                       progress, control, switch_at)
   calibration, runs = runs[-1], runs[:-1]
   by_name = {run.name: run for run in runs}
   calibration_report = {

@@ -133,3 +133,29 @@ def test_bad_sweep_exits_2(value, capsys):
   assert cli.main(["--strategy", "data_parallel", "--sweep-devices",
                    value]) == 2
   assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize("strategy", list(strategies.STRATEGIES))
+def test_switch_at_resumes_the_port_from_pmaps_checkpoint(tmp_path, strategy):
+  code, report = _run(tmp_path, strategy, "--switch-at", "1")
+  assert code == 0 and report["switch_at"] == 1
+  runs = report["runs"]
+  assert runs["pmap"]["state_digest"] == runs["shard_map"]["state_digest"]
+
+
+def test_switch_at_catches_a_wrong_restore(tmp_path, monkeypatch):
+  from compare import handover  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  resume_into = handover.resume_into
+
+  def nudged(*args, **kwargs):
+    state, step = resume_into(*args, **kwargs)
+    return state.replace(params=jax.tree.map(lambda p: p * 1.001,
+                                             state.params)), step
+
+  monkeypatch.setattr(handover, "resume_into", nudged)
+  code, report = _run(tmp_path, "data_parallel", "--switch-at", "1")
+  assert code == 1
+  pairs = {(v["a"], v["b"], v["at"]): v["verdict"]
+           for v in report["equivalence"]}
+  assert pairs[("pmap", "shard_map", "final")] == "differ"

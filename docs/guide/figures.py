@@ -169,7 +169,7 @@ class ReportSource(Source):
 
 
 _KINDS = {"traps": TrapsSource, "dispatch": DispatchSource,
-          "errors": Source}
+          "errors": Source, "verdicts": Source}
 
 
 def sources(root):

@@ -19,7 +19,9 @@ from docs.guide import MEASURED
 # target -> the script that writes it, given `--json PATH`
 SCRIPTS = {"traps": ["docs/traps.py"],
            "dispatch": ["docs/bench_dispatch.py"],
-           "errors": ["docs/errors.py"]}
+           "errors": ["docs/errors.py"],
+           # About an hour on 2 cores: the long runs behind the verdict.
+           "verdicts": ["docs/verdict_runs.py"]}
 
 
 def targets(registry):

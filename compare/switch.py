@@ -1,0 +1,54 @@
+"""`--switch-at N`: the port's runs pick up pmap's step-N checkpoint.
+
+The moment of truth of a migration, inside one report: at step N the pmap
+run's state is saved the way the training programs save it (Orbax, the
+canonical layout), every port run restores it into its own layout and
+continues, and the pairs then judge "resumed port vs uninterrupted pmap"
+like any other pair.
+"""
+
+import tempfile
+
+import jax
+
+from compare import handover
+from workloads import configs
+
+SOURCE = "pmap"
+
+
+def check(strategy, config, n_devices: int, switch_at: int) -> None:
+  """Raises ConfigError (one line) when the switch cannot happen."""
+  if not 1 <= switch_at < config.steps:
+    raise configs.ConfigError(
+        f"--switch-at must be between 1 and the steps - 1 ({config.steps - 1})"
+        f", got {switch_at}")
+  if SOURCE not in strategy.active_runs(config, n_devices):
+    raise configs.ConfigError(
+        f"--switch-at needs a pmap run to switch from; here "
+        f"{strategy.why_skipped(config, n_devices)}")
+
+
+def switch(strategy, config, runs, step: int) -> list[str]:
+  """Restores pmap's state at `step` into every port run; their names."""
+  by_name = {run.name: run for run in runs}
+  source = by_name[SOURCE]
+  moved = []
+  with tempfile.TemporaryDirectory(prefix="shardport-switch-") as directory:
+    handover.write_checkpoint(source.module, source.state, config, directory,
+                              step, strategy=strategy.name)
+    for name in strategy.port_runs:
+      if name not in by_name:
+        continue
+      run = by_name[name]
+      state, _ = handover.resume_into(
+          run.module, run.placement, config, directory, step,
+          strategy=strategy.name,
+          calls_per_step=strategy.calls_per_step(config, name))
+      # The compiled step is specialised to the state's pytree metadata
+      # (the optimiser object): keep the run's own, with the restored leaves.
+      run.state = jax.tree.unflatten(jax.tree.structure(run.state),
+                                     jax.tree.leaves(state))
+      run.host = run.module.to_host(run.state)
+      moved.append(name)
+  return moved
