@@ -10,28 +10,31 @@ import dataclasses
 import functools
 import re
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare.reference import accumulation as reference
+from compare import hlo
+from compare import strategies
 from compare.strategies import accumulation
-from compare import runner
-from legacy_pmap import accumulation as legacy
-from legacy_pmap import data_parallel as legacy_dp
-from sharded import accumulation as sharded
-from sharded import data_parallel as sharded_dp
+from tests import helpers
 from workloads import batches
 from workloads import configs
 from workloads import datasets
 from workloads import microbatches
 
 BATCH = 64  # divisible by 8 devices x 4 microbatches, and small: fast steps
-MODULES = {"pmap": legacy, "shard_map": sharded, "jit": sharded,
-           "reference": reference, "dp_pmap": legacy_dp,
-           "dp_shard_map": sharded_dp, "dp_jit": sharded_dp}
+STRATEGY = strategies.get("accumulation")
+# The strategy's runs, plus every data-parallel port as `dp_<name>` (the
+# strategy compares against the pmap and shard_map ones; jit is added here).
+RUNS = {**{f"dp_{run.name}": run for run in
+           strategies.get("data_parallel").runs if run.name != "reference"},
+        **{run.name: run for run in STRATEGY.runs}}
+# The runs that accumulate: pmap, shard_map and jit.
+PORTS = tuple(run.name for run in STRATEGY.runs if run.name != "reference"
+              and run.module.__name__.endswith("." + STRATEGY.program))
+sharded = RUNS["shard_map"].module
 # After one step the runs differ only in summation order (K microbatch sums
 # of B/(nK) examples, then means, against one sum of B): float32 rounding of
 # such sums is ~1e-7 of the summed magnitude. Measured over this file's runs
@@ -42,6 +45,7 @@ MODULES = {"pmap": legacy, "shard_map": sharded, "jit": sharded,
 # 10^4 below the effect of one changed label in 64 (0.16-0.56 of max|x| in
 # some leaf) or of a K-times gradient (`test_wrong_normalisation_is_caught`).
 ATOL = 1e-5
+TOL = helpers.leaf_scaled(ATOL)
 
 
 def _config(k=4, loop="auto", workload="cnn", batch=BATCH):
@@ -77,18 +81,15 @@ def _compiled(run, n_devices, config):
   states of the same pytree structure, and each `create_state` builds a new
   optax transformation (a static field of the state): runs copy `state`.
   """
-  module = MODULES[run]
+  module, variant = RUNS[run].module, RUNS[run].variant
   placement = module.make_placement(n_devices)
-  step = module.make_train_step(config, placement, run.removeprefix("dp_"))
+  step = module.make_train_step(config, placement, variant)
   state = module.create_state(config.seed, config, placement)
   batch = module.put_batch(_host_batch(config.workload, config.global_batch),
                            placement)
   compiled = step.lower(state, batch).compile()
-  accumulates = isinstance(config, configs.AccumulationConfig)
-  calls = (microbatches.calls_per_step(config)
-           if accumulates and run != "reference" else 1)
-  return module, placement, state, step, compiled, runner.optimizer_step(
-      compiled, calls)
+  return (module, placement, state, compiled,
+          STRATEGY.calls_per_step(config, run))
 
 
 def _resolved(run, config):
@@ -103,31 +104,17 @@ def _resolved(run, config):
 
 def _one_step(run, n_devices, config, batch=None):
   """`to_host` of the state after one step, and the step's loss."""
-  module, placement, state, _, _, whole_step = _compiled(
+  module, placement, state, compiled, calls = _compiled(
       run, n_devices, _resolved(run, config))
   state = jax.tree.map(jnp.copy, state)  # the step donates its input
   if batch is None:
     batch = _host_batch(config.workload, config.global_batch)
-  state, metrics = whole_step(state, module.put_batch(batch, placement))
-  return module.to_host(state), module.metrics_to_host(metrics)["loss"]
+  done = helpers.drive(module, placement, state, compiled, [batch], calls)
+  return done.host, done.metrics[0]["loss"]
 
 
 def _lowered(run, n_devices, config):
-  return _compiled(run, n_devices, _resolved(run, config))[4]
-
-
-def assert_close(actual, expected, atol=ATOL):
-  """Every leaf within `atol * max|expected leaf|` of the expected one."""
-  chex.assert_trees_all_equal_shapes_and_dtypes(actual, expected)
-
-  def check(path, a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    bound = atol * max(np.max(np.abs(b), initial=0.0), 1e-30)
-    error = np.max(np.abs(a - b), initial=0.0)
-    assert error <= bound, (f"{jax.tree_util.keystr(path)}: max abs error "
-                            f"{error:.3g} > {bound:.3g}")
-
-  jax.tree_util.tree_map_with_path(check, actual, expected)
+  return _compiled(run, n_devices, _resolved(run, config))[3]
 
 
 @pytest.mark.parametrize("n_devices", [1, 2, 8])
@@ -138,40 +125,39 @@ def test_ports_match_reference(n_devices, k):
   # jit on 8 devices and K in {1, 4} only, to keep the file fast: its
   # placement of the collective is what differs, shown best by the extremes.
   with_jit = n_devices == 8 and k != 2
-  for run in ("pmap", "shard_map", "jit")[:3 if with_jit else 2]:
+  for run in PORTS[:3 if with_jit else 2]:
     actual, loss = _one_step(run, n_devices, config)
-    assert_close(actual, expected)
+    helpers.assert_close(actual, expected, TOL)
     np.testing.assert_allclose(loss, expected_loss, rtol=1e-6)
   # pmap and shard_map(check_vma=False) run the same per-device program.
-  chex.assert_trees_all_equal(_one_step("pmap", n_devices, config),
-                              _one_step("shard_map", n_devices, config))
+  helpers.assert_bitwise(_one_step("pmap", n_devices, config),
+                         _one_step("shard_map", n_devices, config))
 
 
-@pytest.mark.parametrize("run", ["pmap", "shard_map", "jit"])
+@pytest.mark.parametrize("run", PORTS)
 def test_reference_check_fails_on_one_changed_label(run):
   config = _config(4)
   expected, _ = _one_step("reference", 8, config)
   actual, _ = _one_step(run, 8, config, _perturbed(_host_batch()))
   with pytest.raises(AssertionError):
-    assert_close(actual, expected)
+    helpers.assert_close(actual, expected, TOL)
 
 
 def test_pmap_shard_map_check_fails_on_one_changed_label():
   config = _config(4)
   with pytest.raises(AssertionError):
-    chex.assert_trees_all_equal(
+    helpers.assert_bitwise(
         _one_step("pmap", 8, config),
         _one_step("shard_map", 8, config, _perturbed(_host_batch())))
 
 
-@pytest.mark.parametrize("run", ["pmap", "shard_map", "jit"])
+@pytest.mark.parametrize("run", PORTS)
 def test_one_microbatch_is_the_data_parallel_step(run, n_devices=8):
   dp_config = configs.TrainConfig(global_batch=BATCH)
   expected = _one_step(f"dp_{run}", n_devices, dp_config)
-  chex.assert_trees_all_equal(_one_step(run, n_devices, _config(1)),
-                              expected)
+  helpers.assert_bitwise(_one_step(run, n_devices, _config(1)), expected)
   with pytest.raises(AssertionError):
-    chex.assert_trees_all_equal(
+    helpers.assert_bitwise(
         _one_step(run, n_devices, _config(1), _perturbed(_host_batch())),
         expected)
 
@@ -185,7 +171,7 @@ def test_every_loop_matches_reference(loop):
   # HLO `test_one_all_reduce_per_step` reads).
   for run in ("pmap", "shard_map") if loop in ("multisteps", "scan") else (
       "shard_map",):
-    assert_close(_one_step(run, 2, config)[0], expected)
+    helpers.assert_close(_one_step(run, 2, config)[0], expected, TOL)
 
 
 def test_wrong_normalisation_is_caught(monkeypatch):
@@ -201,9 +187,9 @@ def test_wrong_normalisation_is_caught(monkeypatch):
   config = _resolved("shard_map", config)
   step = sharded.make_train_step(config, placement, "shard_map")  # uncached
   state = sharded.create_state(config.seed, config, placement)
-  state, _ = step(state, sharded.put_batch(_host_batch(), placement))
+  done = helpers.drive(sharded, placement, state, step, [_host_batch()])
   with pytest.raises(AssertionError):
-    assert_close(sharded.to_host(state), expected)
+    helpers.assert_close(done.host, expected, TOL)
 
 
 def test_linear512_matches_reference():
@@ -212,32 +198,69 @@ def test_linear512_matches_reference():
   # opt_state carry the gradient itself and are compared too.
   config = _config(4, workload="linear512")
   expected, _ = _one_step("reference", 8, config)
-  for run in ("pmap", "shard_map", "jit"):
-    assert_close(_one_step(run, 8, config)[0], expected)
+  for run in PORTS:
+    helpers.assert_close(_one_step(run, 8, config)[0], expected, TOL)
   perturbed = _perturbed(_host_batch("linear512"))
   with pytest.raises(AssertionError):
-    assert_close(_one_step("shard_map", 8, config, perturbed)[0], expected)
+    helpers.assert_close(_one_step("shard_map", 8, config, perturbed)[0],
+                         expected, TOL)
 
 
-def _all_reduces_by_computation(hlo_text):
-  counts = {}
-  for computation in re.split(r"\n(?=\S)", hlo_text):
-    n = len(re.findall(r"\sall-reduce(?:-start)?\(", computation))
-    if n:
-      counts[computation.split(" ", 2)[0]] = n
-  return counts
+def _one_all_reduce_of_grads_and_loss(compiled, params):
+  """Asserts what the step all-reduces: once, the gradients and the loss.
+
+  The count alone cannot tell a step that lost its gradient pmean (the loss
+  pmean still makes one all-reduce): the bytes can. One step all-reduces one
+  gradient per parameter (f32, the params' size) and the f32 loss.
+  """
+  counts = hlo.collectives_by_computation(compiled.as_text())
+  # One all-reduce, in the entry computation: not in a while body (scan),
+  # where it would run per trip.
+  assert counts == {hlo.ENTRY: 1}, counts
+  params_bytes = sum(np.asarray(x).nbytes for x in jax.tree.leaves(params))
+  assert hlo.describe(compiled)["all_reduce_bytes"] == params_bytes + 4
 
 
 @pytest.mark.parametrize("run", ["shard_map", "pmap"])
 @pytest.mark.parametrize("k,loop", [(1, "auto"), (2, "auto"), (4, "auto"),
                                     (4, "scan")])
 def test_one_all_reduce_per_step(run, k, loop):
-  counts = _all_reduces_by_computation(
-      _lowered(run, 8 if loop == "auto" else 2, _config(k, loop)).as_text())
-  # One all-reduce (the gradients and the loss, combined), in the entry
-  # computation: not in a while body (scan), where it would run per trip.
-  assert list(counts.values()) == [1], counts
-  assert next(iter(counts)) == "ENTRY", counts
+  n_devices = 8 if loop == "auto" else 2
+  config = _resolved(run, _config(k, loop))
+  module, _, state, compiled, _ = _compiled(run, n_devices, config)
+  _one_all_reduce_of_grads_and_loss(compiled, module.to_host(state)["params"])
+
+
+class _LossOnlyPmean:
+  """`jax.lax` as a port sees it, with the gradients' pmean dropped.
+
+  `lax.pmean` of a pytree of gradients returns them unreduced; the scalar
+  loss is still averaged, so the step keeps exactly one all-reduce.
+  """
+
+  def __getattr__(self, name):
+    return getattr(jax.lax, name)
+
+  @staticmethod
+  def pmean(x, axis_name, **kwargs):
+    if jax.tree_util.treedef_is_leaf(jax.tree.structure(x)):  # the loss
+      return jax.lax.pmean(x, axis_name, **kwargs)
+    return x  # the gradients, one per parameter
+
+
+def test_a_lost_gradient_pmean_is_caught_by_the_bytes(monkeypatch):
+  config = _resolved("shard_map", _config(4))
+  module, placement, state, _, _ = _compiled("shard_map", 8, config)
+  monkeypatch.setattr(sharded, "lax", _LossOnlyPmean())
+  step = module.make_train_step(config, placement, "shard_map")  # uncached
+  batch = module.put_batch(_host_batch(), placement)
+  compiled = step.lower(state, batch).compile()
+  # The count is still one: the loss's pmean.
+  assert hlo.collectives_by_computation(compiled.as_text()) == {hlo.ENTRY: 1}
+  assert hlo.describe(compiled)["all_reduce_bytes"] == 4
+  with pytest.raises(AssertionError):
+    _one_all_reduce_of_grads_and_loss(compiled,
+                                      module.to_host(state)["params"])
 
 
 # Temp memory of K=4 over the full batch, at most. One device and 256
@@ -263,14 +286,14 @@ def test_microbatches_use_less_temp_memory(loop):
   assert accumulated.alias_size_in_bytes > 0
 
 
-@pytest.mark.parametrize("module", [legacy, sharded])
+@pytest.mark.parametrize("module", [RUNS["pmap"].module, sharded],
+                         ids=["pmap", "shard_map"])
 def test_indivisible_batch_names_the_three_numbers(module):
   config = _config(4, batch=60)
   with pytest.raises(batches.MicrobatchError) as error:
     module.make_train_step(config, module.make_placement(8),
                            module.VARIANTS[0])
   message = str(error.value)
-  assert isinstance(error.value, ValueError)
   assert "\n" not in message
   for number in ("60", "8", "4"):
     assert re.search(rf"\b{number}\b", message), message

@@ -7,10 +7,17 @@ import pathlib
 import pytest
 
 from compare import protocol
+from compare import strategies
+from legacy_pmap import devices as legacy_devices
+from sharded import devices as port_devices
+from workloads import batches
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PROGRAMS = sorted(p.stem for p in (ROOT / "sharded").glob("*.py")
-                  if p.stem not in ("__init__", "devices", "train"))
+PROGRAMS = sorted({spec.program for spec in strategies.STRATEGIES.values()})
+# Every module a strategy runs, once (accumulation runs the data-parallel
+# ones too), by import name.
+RUN_MODULES = sorted({run.module.__name__ for spec in
+                      strategies.STRATEGIES.values() for run in spec.runs})
 API = [name for name in vars(protocol.StrategyModule)
        if not name.startswith("_")]
 
@@ -25,6 +32,9 @@ def test_backends_hold_the_same_modules():
   legacy = sorted(p.name for p in (ROOT / "legacy_pmap").glob("*.py"))
   assert legacy == sorted(p.name for p in (ROOT / "sharded").glob("*.py"))
   assert "data_parallel" in PROGRAMS
+  # Every program module in the backends is some strategy's program.
+  files = {p.stem for p in (ROOT / "sharded").glob("*.py")}
+  assert files - {"__init__", "devices", "train"} == set(PROGRAMS)
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
@@ -34,27 +44,37 @@ def test_same_public_functions_in_the_same_order(program):
   assert _public_functions(legacy) == _public_functions(sharded)
 
 
-@pytest.mark.parametrize("program", PROGRAMS)
-@pytest.mark.parametrize("backend", ["legacy_pmap", "sharded",
-                                     "compare.reference"])
-def test_module_satisfies_the_protocol(program, backend):
-  module = importlib.import_module(f"{backend}.{program}")
-  for name in API:
-    assert hasattr(module, name), f"{backend}.{program} lacks {name}"
-    if name == "VARIANTS":
+@pytest.mark.parametrize("name", RUN_MODULES)
+def test_module_satisfies_the_protocol(name):
+  module = importlib.import_module(name)
+  for attribute in API:
+    assert hasattr(module, attribute), f"{name} lacks {attribute}"
+    if attribute == "VARIANTS":
       continue
-    expected = inspect.signature(getattr(protocol.StrategyModule, name))
+    expected = inspect.signature(getattr(protocol.StrategyModule, attribute))
     params = [p for p in expected.parameters if p != "self"]
-    actual = list(inspect.signature(getattr(module, name)).parameters)
-    assert actual == params, f"{backend}.{program}.{name}"
+    actual = list(inspect.signature(getattr(module, attribute)).parameters)
+    assert actual == params, f"{name}.{attribute}"
+
+
+def test_every_run_names_a_variant_of_its_module():
+  for spec in strategies.STRATEGIES.values():
+    for run in spec.runs:
+      assert run.variant in run.module.VARIANTS, (spec.name, run.name)
 
 
 def test_devices_modules_match():
-  legacy = importlib.import_module("legacy_pmap.devices")
-  sharded = importlib.import_module("sharded.devices")
-  assert _public_functions(legacy) == _public_functions(sharded)
-  for name in _public_functions(legacy):
+  assert _public_functions(legacy_devices) == _public_functions(port_devices)
+  for name in _public_functions(legacy_devices):
     # Parameter names must match; return annotations differ by design
     # (a device list against a Mesh).
-    assert (list(inspect.signature(getattr(legacy, name)).parameters) ==
-            list(inspect.signature(getattr(sharded, name)).parameters)), name
+    assert (list(inspect.signature(getattr(legacy_devices, name)).parameters)
+            == list(inspect.signature(getattr(port_devices, name)).parameters)
+            ), name
+
+
+def test_input_errors_are_value_errors():
+  # What the CLIs turn into one line on stderr and exit 2.
+  for error in (legacy_devices.EnsembleSizeError,
+                port_devices.EnsembleSizeError, batches.MicrobatchError):
+    assert issubclass(error, ValueError), error

@@ -4,16 +4,30 @@ import time
 
 import numpy as np
 import pytest
+from sklearn.datasets import load_digits
 import tensorflow_datasets as tfds
 
 from workloads import batches
 from workloads import datasets
 
 
+def _examples(images, labels):
+  """(label, pixels) pairs, sorted: a dataset's contents in any order."""
+  pixels = np.asarray(images).reshape(len(labels), -1)
+  return sorted(zip(np.asarray(labels).tolist(), pixels.tolist()))
+
+
 def test_digits_is_real_scaled_and_split(digits):
   assert digits.train_inputs.shape[1:] == (8, 8, 1)
   assert digits.train_inputs.min() >= 0 and digits.train_inputs.max() <= 1
   assert len(digits.train_inputs) + len(digits.test_inputs) == 1797
+  # The split holds scikit-learn's images (0..16 scaled to 0..1) with their
+  # labels, each once.
+  raw = load_digits()
+  ours = _examples(
+      np.rint(16 * np.concatenate([digits.train_inputs, digits.test_inputs])),
+      np.concatenate([digits.train_targets, digits.test_targets]))
+  assert ours == _examples(raw.images, raw.target)
   again = datasets.load("digits")
   np.testing.assert_array_equal(digits.test_targets, again.test_targets)
 
@@ -21,6 +35,8 @@ def test_digits_is_real_scaled_and_split(digits):
 def test_synthetic_any_size():
   data = datasets.load("synthetic:13x9:100")
   assert data.train_inputs.shape == (100, 13, 9, 1)
+  assert 0 <= data.train_inputs.min() and data.train_inputs.max() < 1
+  assert set(np.unique(data.train_targets)) <= set(range(10))
   with pytest.raises(datasets.DatasetError):
     datasets.load("synthetic:2x2:10")
 

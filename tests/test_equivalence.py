@@ -36,9 +36,17 @@ def test_verdicts_and_their_negative_controls():
 
 def test_atol_scales_with_each_leaf():
   small = {"a": np.full(4, 1e-6, np.float32), "b": np.ones(4, np.float32)}
-  # 1e-11 absolute is 1e-5 of leaf a's magnitude: exactly at the edge.
-  off = {"a": small["a"] + np.float32(2e-11), "b": small["b"]}
-  assert equivalence.compare_trees(off, small, TOL)["verdict"] == "differ"
+  # Leaf a allows 1e-5 * 1e-6 (atol of its max) + 1e-5 * 1e-6 (rtol) =
+  # 2e-11, and 1e-10 is 5x that (no rounding decides it); leaf b allows
+  # 2e-5, so an offset 10^4 times larger (1e-6) is still close there.
+  off_a = {"a": small["a"] + np.float32(1e-10), "b": small["b"]}
+  assert equivalence.compare_trees(off_a, small, TOL)["verdict"] == "differ"
+  assert equivalence.compare_trees(off_a, small, TOL)["worst"] == "['a']"
+  off_b = {"a": small["a"], "b": small["b"] + np.float32(1e-6)}
+  assert equivalence.compare_trees(off_b, small, TOL)["verdict"] == "close"
+  # And a quarter of leaf a's allowance is within it.
+  within = {"a": small["a"] + np.float32(5e-12), "b": small["b"]}
+  assert equivalence.compare_trees(within, small, TOL)["verdict"] == "close"
 
 
 def test_shape_mismatch_is_an_error():
