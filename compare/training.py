@@ -1,10 +1,9 @@
 """The loop both backends' train.py run: train, evaluate, checkpoint, resume.
 
-`python -m legacy_pmap.train` and `python -m sharded.train` are this one loop
-over one backend's modules (the strategy's program and `devices`), in the
-style of the flax examples' `train_and_evaluate(config, workdir)`. The
-workdir holds `checkpoints/` (Orbax, `compare.checkpoints`), `metrics.jsonl`
-(one line per evaluation) and, at the end, `result.json`.
+`python -m legacy_pmap.train` and `python -m sharded.train` are this loop
+over one backend's modules, in the style of the flax examples'
+`train_and_evaluate(config, workdir)`. The workdir holds `checkpoints/`
+(Orbax), `metrics.jsonl` (one line per evaluation) and `result.json`.
 
 A run started again in the same workdir resumes from the newest complete
 checkpoint and takes the batches the uninterrupted run would have taken
