@@ -12,16 +12,19 @@ import numpy as np
 import optax
 import pytest
 
-from compare.reference import ensemble as reference
+from compare import strategies
+from compare.tolerances import Tolerance
 from legacy_pmap import devices as legacy_devices
-from legacy_pmap import ensemble as legacy
 from sharded import devices as port_devices
-from sharded import ensemble as port
+from tests import helpers
 from workloads import batches
 from workloads import configs
 from workloads import ensemble
 
-MODULES = {"pmap": legacy, "shard_map": port, "reference": reference}
+STRATEGY = strategies.get("ensemble")
+RUNS = {run.name: run for run in STRATEGY.runs}
+legacy, port = RUNS["pmap"].module, RUNS["shard_map"].module
+reference = RUNS["reference"].module
 CONFIG = configs.EnsembleConfig(members=8, global_batch=32, steps=3,
                                 input_shape=(8, 8, 1))
 
@@ -33,7 +36,7 @@ CONFIG = configs.EnsembleConfig(members=8, global_batch=32, steps=3,
 # which three steps cannot grow past 1e-6. A 1% learning-rate change, or one
 # member started from another key, moves some leaf by more than 1e-3 of its
 # magnitude (the negative controls below check that the same check fails).
-TOLERANCE = 1e-5
+TOLERANCE = helpers.leaf_scaled(1e-5)
 # The ensemble's probabilities are a mean over members: an all-reduce on the
 # backends, a stacked mean on the reference, summed in another order
 # (measured 2.4e-7 at most; probabilities are at most 1).
@@ -43,59 +46,28 @@ _RUNS = {}
 _MEMBER_KEYS = ensemble.member_keys  # the real one, for the patched ones
 
 
-class _Run:
-  """One short training run: host states after init and after each step."""
-
-  def __init__(self, module_name, n_devices, config, data):
-    self.module = MODULES[module_name]
-    self.config = config
-    self.placement = self.module.make_placement(n_devices)
-    self.state = self.module.create_state(config.seed, config, self.placement)
-    train_step = self.module.make_train_step(config, self.placement,
-                                             self.module.VARIANTS[0])
-    self.states, self.metrics = [self.module.to_host(self.state)], []
-    for batch in batches.train_batches(data, config.seed, config.global_batch,
-                                       config.steps):
-      self.state, metrics = train_step(
-          self.state, self.module.put_batch(batch, self.placement))
-      self.states.append(self.module.to_host(self.state))
-      self.metrics.append(self.module.metrics_to_host(metrics))
-
-  def evaluate(self, data):
-    test = self.module.put_batch(batches.test_batch(data, 1), self.placement)
-    evaluate = self.module.make_evaluate(self.config, self.placement)
-    return self.module.metrics_to_host(evaluate(self.state, test))
-
-
 def _runs(specs, data):
-  """`_Run`s for `(module_name, n_devices, config)` specs, each made once.
+  """Runs for `(run name, n_devices, config)` specs, each made once.
 
+  Each is `helpers.run` with the host state after the init and every step.
   Compiling dominates these short runs (the CNN's init alone takes seconds
   on XLA:CPU), so tests share runs wherever they can.
   """
   for spec in specs:
     if spec not in _RUNS:
-      _RUNS[spec] = _Run(*spec, data)
+      name, n_devices, config = spec
+      _RUNS[spec] = helpers.run(RUNS[name].module, RUNS[name].variant, config,
+                                data, n_devices, keep_states=True)
   return [_RUNS[spec] for spec in specs]
 
 
-def _cached_run(module_name, n_devices, config, data):
-  return _runs([(module_name, n_devices, config)], data)[0]
+def _cached_run(name, n_devices, config, data):
+  return _runs([(name, n_devices, config)], data)[0]
 
 
-def _assert_members_match(a, b, tolerance=TOLERANCE):
+def _assert_members_match(a, b):
   """Raises AssertionError naming the first leaf and member that differ."""
-  chex.assert_trees_all_equal_shapes(a, b)
-  for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(a),
-                          jax.tree.leaves(b)):
-    scale = max(float(np.abs(y).max(initial=0.0)), 1e-30)
-    per_member = np.abs(np.asarray(x, np.float64) - y).reshape(
-        len(x), -1).max(axis=1) / scale
-    if per_member.max(initial=0.0) > tolerance:
-      member = int(per_member.argmax())
-      raise AssertionError(
-          f"{jax.tree_util.keystr(path)}: member {member} differs by "
-          f"{per_member[member]:.1e} of the leaf's max (> {tolerance})")
+  helpers.assert_close(a, b, TOLERANCE, members=True)
 
 
 def _assert_distinct_members(params):
@@ -158,18 +130,29 @@ def test_port_matches_reference_with_two_members_per_device(digits):
 
 
 def test_metrics_agree(digits):
-  runs = dict(zip(MODULES, _runs([(name, 8, CONFIG) for name in MODULES],
-                                 digits)))
-  sums = {name: run.evaluate(digits) for name, run in runs.items()}
+  runs = dict(zip(RUNS, _runs([(name, 8, CONFIG) for name in RUNS], digits)))
+  test = batches.test_batch(digits, 1)
+  first = next(batches.train_batches(digits, CONFIG.seed, CONFIG.global_batch,
+                                     1))
+  # Recomputed in numpy from each backend's own states (members' losses,
+  # the mean of their probabilities), so that a wrong member order, a
+  # reduction over the wrong members or a loss summed where it is averaged
+  # fails here even where every backend shares it.
+  plain = Tolerance(rtol=1e-5, atol=PROBS_ATOL)
+  sums = {name: run.evaluate(CONFIG, test) for name, run in runs.items()}
   for name, run in runs.items():
-    last = run.metrics[-1]
-    chex.assert_shape(last["member_loss"], (8,))
-    np.testing.assert_allclose(last["loss"], last["member_loss"].mean(),
-                               rtol=1e-6)
-    chex.assert_shape([sums[name]["member_correct"],
-                       sums[name]["member_loss_sum"]], (8,))
-    np.testing.assert_allclose(sums[name]["ensemble_probs"].sum(-1), 1.0,
-                               rtol=1e-5)
+    start = helpers.ensemble_sums(
+        helpers.member_logits(run.states[0]["params"], first["inputs"]),
+        first["targets"])
+    helpers.assert_close(
+        {k: run.metrics[0][k] for k in ("member_loss", "accuracy")},
+        {"member_loss": start["member_loss_sum"] / start["count"],
+         "accuracy": start["ensemble_correct"] / start["count"]},
+        plain, dtypes=False)
+    helpers.assert_close(
+        sums[name], helpers.ensemble_sums(
+            helpers.member_logits(run.host["params"], test["inputs"]),
+            test["targets"]), plain, dtypes=False)
   want = sums["reference"]
   for name in ("pmap", "shard_map"):
     for got_step, want_step in zip(runs[name].metrics,
@@ -177,18 +160,19 @@ def test_metrics_agree(digits):
       np.testing.assert_array_equal(got_step["accuracy"],
                                     want_step["accuracy"])
       np.testing.assert_allclose(got_step["member_loss"],
-                                 want_step["member_loss"], rtol=TOLERANCE)
+                                 want_step["member_loss"],
+                                 rtol=TOLERANCE.atol)
     got = sums[name]
     for field in ("member_correct", "ensemble_correct", "count"):
       np.testing.assert_array_equal(got[field], want[field], field)
     np.testing.assert_allclose(got["member_loss_sum"], want["member_loss_sum"],
-                               rtol=TOLERANCE)
+                               rtol=TOLERANCE.atol)
     np.testing.assert_allclose(got["ensemble_probs"], want["ensemble_probs"],
                                atol=PROBS_ATOL)
 
 
 def test_members_start_from_different_keys(digits):
-  for name in MODULES:
+  for name in RUNS:
     _assert_distinct_members(
         _cached_run(name, 8, CONFIG, digits).states[0]["params"])
 
@@ -251,8 +235,6 @@ def test_port_refuses_members_not_a_multiple_of_devices(members):
   config = dataclasses.replace(CONFIG, members=members)
   with pytest.raises(port_devices.EnsembleSizeError, match="multiple"):
     port.create_state(0, config, port.make_placement(8))
-  assert issubclass(port_devices.EnsembleSizeError, ValueError)
-  assert issubclass(legacy_devices.EnsembleSizeError, ValueError)
 
 
 def test_vmapped_members_stay_close_to_reference(digits):
