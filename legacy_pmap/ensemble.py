@@ -20,7 +20,7 @@ PROCESS_LOCAL_BATCH = False
 
 
 def create_state(seed, config, placement):
-  """The members' initial train states, one per device, each its own key."""
+  """The members' initial train states, each from its own key."""
   devices.check_members(config.members, placement)
   # The axis name is unused inside, but it names the mesh of the arrays
   # pmap returns: without it their sharding differs from what the train
@@ -36,7 +36,7 @@ def create_state(seed, config, placement):
 
 
 def put_batch(batch, placement):
-  """A global host batch, one whole copy per member (`jax_utils.replicate`)."""
+  """A global host batch, one whole copy per device (`devices.replicate`)."""
   return devices.replicate(batch, placement)
 
 

@@ -1,10 +1,11 @@
-"""Ensemble training on a mesh: the shard_map port of the classic program.
+"""Ensemble training on a mesh, the shard_map port of the classic program.
 
-The members' states are stacked on a leading member axis split over the
-mesh's `ensemble` axis (`P('ensemble')`); the batch is replicated (`P()`).
-Every member trains on the same batch with its own loss and gradients; the
-ensemble predicts with the mean of its members' softmax probabilities, an
-explicit `lax.pmean` over the devices. A device may hold several members.
+Each device holds one or more members of the ensemble, each initialised from
+its own key, stacked on a leading axis split over the mesh's `ensemble` axis
+(`P('ensemble')`).
+Every member trains on the same replicated batch with its own loss and
+gradients; the ensemble predicts with the mean of its members' softmax
+probabilities, a `lax.pmean` over the devices.
 Plain `jit(vmap(...))` over the stacked members is not used: it all-gathers
 them (docs/ensemble-notes.md).
 """
@@ -54,16 +55,6 @@ def _each_member(fn, members, *shared, vmapped=False):
   return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
 
 
-def create_state(seed, config, placement):
-  """The members' initial train states, stacked, each from its own key."""
-  devices.check_members(config.members, placement)
-  create_train_state = _create_train_state(placement)
-  return create_train_state(devices.shard_members(
-      ensemble.member_keys(seed, config.members), placement),
-                            config.learning_rate, config.momentum,
-                            config.input_shape)
-
-
 @functools.cache
 def _create_train_state(placement):
   """The compiled init for one mesh, built once per mesh.
@@ -83,8 +74,18 @@ def _create_train_state(placement):
       static_argnums=(1, 2, 3))
 
 
+def create_state(seed, config, placement):
+  """The members' initial train states, each from its own key."""
+  devices.check_members(config.members, placement)
+  create_train_state = _create_train_state(placement)
+  return create_train_state(devices.shard_members(
+      ensemble.member_keys(seed, config.members), placement),
+                            config.learning_rate, config.momentum,
+                            config.input_shape)
+
+
 def put_batch(batch, placement):
-  """A global host batch, replicated over the mesh (`P()`)."""
+  """A global host batch, one whole copy per device (`devices.replicate`)."""
   return devices.replicate(batch, placement)
 
 
