@@ -35,6 +35,9 @@ LOCAL_TIMEOUTS = {"init": 30, "heartbeat": 10, "shutdown": 30}
 # Elsewhere jax's own defaults: a cluster's workers may start minutes apart.
 CLUSTER_TIMEOUTS = {"init": 300, "heartbeat": 100, "shutdown": 300}
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+# How long a process waits at a barrier for the others (a lost process ends
+# the job sooner: heartbeats).
+BARRIER_TIMEOUT_S = 600
 # Set by the launcher in each worker's environment: the launcher's pid.
 PARENT_ENV = "SHARDPORT_LAUNCHER_PID"
 
@@ -212,13 +215,25 @@ def is_main_process() -> bool:
   return jax.process_index() == 0
 
 
-def barrier(name: str) -> None:
-  """Waits until every process reaches `name` (nothing in one process)."""
+def barrier(name: str, timeout_s: int = BARRIER_TIMEOUT_S) -> None:
+  """Waits until every process reaches `name` (nothing in one process).
+
+  A barrier of the coordination service (as Orbax's), not
+  `multihost_utils.sync_global_devices`, which is a collective: the first
+  collective over a new set of devices builds a gloo context, and that
+  fails when the processes arrive more than 30 s apart.
+  """
   import jax  # pylint: disable=g-import-not-at-top
-  if jax.process_count() > 1:
-    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-    multihost_utils.sync_global_devices(name)
+  if jax.process_count() == 1:
+    return
+  from jax._src import distributed as jax_distributed  # pylint: disable=g-import-not-at-top
+  _BARRIERS[name] = _BARRIERS.get(name, 0) + 1
+  jax_distributed.global_state.client.wait_at_barrier(
+      f"shardport/{name}/{_BARRIERS[name]}", timeout_in_ms=timeout_s * 1000)
 # endregion
+
+
+_BARRIERS = {}
 
 
 def collectives() -> str:

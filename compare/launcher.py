@@ -401,7 +401,7 @@ def launch_with_baseline(prog, module, argv, processes, devices, coordinator,
     baseline's.
   """
   rc = launch(prog, module, argv, processes, devices, coordinator, normal)
-  if rc != 0 and rc not in (1, 3):
+  if rc not in (0, 1, 3) or not os.path.exists(result_path):
     return rc
   folder = tempfile.mkdtemp(prefix=f"shardport-{prog}-baseline-")
   try:

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 import tqdm
 
+from compare import distributed
 from compare import equivalence
 from compare import hlo
 from compare import switch
@@ -43,6 +44,7 @@ class Run:
   n_devices: int = 1
   permute: bool = False
   local_batch: bool = False
+  same_as: object = None
   placement: object = None
   state: object = None
   step: object = None
@@ -199,9 +201,17 @@ def _runs(strategy, config, n_devices, control):
 
 def _setup(strategy, config, n_devices, control):
   runs = _runs(strategy, config, n_devices, control)
+  reference = next(r for r in runs if r.name == "reference")
   for run in runs:
     run.n_devices = n_devices
     run.placement = run.module.make_placement(n_devices)
+    if run.name == CALIBRATION:
+      # The reference's own programs, compiled once, on a copy of its
+      # initial state (a compiled step is specialised to its pytree's
+      # metadata, which a state created again would not share).
+      run.same_as, run.evaluate = reference, reference.evaluate
+      run.state = jax.tree.map(lambda x: x.copy(), reference.state)
+      continue
     run.state = run.module.create_state(config.seed, config, run.placement)
     run.step = run.module.make_train_step(config, run.placement, run.variant)
     run.evaluate = run.module.make_evaluate(config, run.placement)
@@ -213,8 +223,14 @@ def _step(run, host_batch, i, n_devices):
   if run.permute:
     host_batch = permuted(host_batch, global_devices(n_devices), i)
   batch = run.module.put_batch(_rows(run, host_batch), run.placement)
-  if i == 0:
+  if i == 0 and run.same_as is not None:
+    run.step = run.same_as.step  # compiled just before, in this step
+  elif i == 0:
     run.step = _compile(run, batch)
+    # Many processes: each run's first collective builds gloo's context,
+    # which fails if the processes come more than 30 s apart; they may
+    # compile at different speeds.
+    distributed.barrier(f"first-step-{run.name}")
   run.state, metrics = run.step(run.state, batch)
   run.since_eval.append(_train_metrics(run, metrics))
   run.losses.append(run.since_eval[-1]["loss"])

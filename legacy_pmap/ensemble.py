@@ -74,7 +74,10 @@ def make_train_step(config, placement, variant="pmap"):
 
   def lower_each(state, batch):
     """The two pmaps lowered as they run: what to count, program by program."""
-    grads = jax.eval_shape(apply_model, state, batch)[0]
+    # The gradients are shaped as the params: lowering needs no more. (Not
+    # eval_shape of apply_model: under many processes it gives other shapes
+    # than the host-local ones pmap takes.)
+    grads = state.params
     return [apply_model.lower(state, batch), update_model.lower(state, grads)]
 
   # The classic program calls the two pmaps one after the other from Python,
