@@ -3,7 +3,8 @@
 Each device splits its slice of the global batch into K equal microbatches,
 averages their gradients, and only then averages across devices with one
 `lax.pmean` (shard_map): one cross-device reduction and one optimiser update
-per step. Under `jit` the compiler places the reduction itself.
+per step. Under `jit` the compiler places the reduction itself, of
+per-device sums that a collective-free `shard_map` computes.
 """
 
 
@@ -69,14 +70,41 @@ def make_train_step(config, placement, variant="shard_map"):
     loss = lax.pmean(loss, axis_name=devices.AXIS)
     return state.apply_gradients(grads=grads), {"loss": loss}
 
+  def device_mean_grads(state, split):
+    # This device's K microbatches, averaged here: no collective inside, so
+    # nothing reduces a microbatch's gradient on its own. Stacked on a
+    # leading device axis for jit to reduce.
+    loss, grads = microbatches.mean_grads(microbatch_grad(1), state, split,
+                                          loop)
+    return jax.tree.map(lambda x: x[None], (loss, grads))
+
+  # Under plain jit the partitioner all-reduces each microbatch's gradient
+  # inside its backward pass (replicated params, batch-sharded rows), and
+  # XLA:CPU has no pass that sums partial gradients before reducing them:
+  # one all-reduce of K gradients (K x the bytes, K x the operands, each a
+  # rendezvous of every device), 0.6x the shard_map step. JAX's `reduced`
+  # params would defer it, but 0.10.2 has no rule for convolutions. So the
+  # per-device sums are spelled out; jit still places the one reduction
+  # (docs/performance-notes.md).
+  per_device = jax.shard_map(device_mean_grads, mesh=placement,
+                             in_specs=(P(), P(None, devices.AXIS)),
+                             out_specs=P(devices.AXIS), check_vma=False)
+  # One microbatch per call (K=1, multisteps) has nothing to sum first: the
+  # plain program, the data-parallel jit step's at K=1.
+  one_per_call = k == 1 or loop == "multisteps"
+
   def global_train_step(state, batch):
     # Microbatch i is made of rows i*m:(i+1)*m of every device's slice, and
     # the constraint keeps each on the devices that hold those rows.
     split = microbatches.split(batch, k, shards=n_shards)
     split = lax.with_sharding_constraint(
         split, NamedSharding(placement, P(None, devices.AXIS)))
-    loss, grads = microbatches.mean_grads(microbatch_grad(n_shards), state,
-                                          split, loop)
+    if one_per_call:
+      loss, grads = microbatches.mean_grads(microbatch_grad(n_shards), state,
+                                            split, loop)
+    else:
+      loss, grads = jax.tree.map(lambda x: x.mean(0),
+                                 per_device(state, split))
     return state.apply_gradients(grads=grads), {"loss": loss}
 
   replicated = NamedSharding(placement, P())
