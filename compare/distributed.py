@@ -116,9 +116,13 @@ def die_with_launcher() -> None:
   parent = os.environ.get(PARENT_ENV)
   if not parent:
     return
+  # Where a worker was when its job failed: the launcher sends SIGUSR1
+  # before it kills the survivors, and their stacks land in its logs.
+  import faulthandler  # pylint: disable=g-import-not-at-top
+  import signal  # pylint: disable=g-import-not-at-top
+  faulthandler.register(signal.SIGUSR1, all_threads=True)
   if sys.platform.startswith("linux"):
     import ctypes  # pylint: disable=g-import-not-at-top
-    import signal  # pylint: disable=g-import-not-at-top
     pr_set_pdeathsig = 1
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
   if os.getppid() != int(parent):
@@ -251,3 +255,4 @@ def collectives() -> str:
   if not jax.distributed.is_initialized():
     return "in-process"
   return str(jax.config.jax_cpu_collectives_implementation)
+

@@ -25,6 +25,7 @@ This module imports no jax.
 import contextlib
 import json
 import os
+import queue
 import re
 import shutil
 import signal
@@ -113,27 +114,48 @@ def _blame(rc: int, normal) -> int:
   return 2 if rc == -signal.SIGABRT else 3
 
 
-class _Relay(threading.Thread):
-  """Copies a worker's stream to a log file and, unless muted, to ours."""
+class _Relay:
+  """Copies a worker's stream to a log file and, unless muted, to ours.
+
+  One thread reads without pause (a worker blocked on a full pipe would
+  stall the whole job: its peers wait for it in their collectives); another
+  shows each line once it is `hold_s` old, unless the job was muted since.
+  """
 
   def __init__(self, stream, log_path, out, job, hold_s=0.0):
-    super().__init__(daemon=True)
     self.stream, self.log_path, self.out, self.job = stream, log_path, out, job
     self.hold_s = hold_s
+    self.lines = queue.Queue()
+    self.threads = [threading.Thread(target=self._read, daemon=True),
+                    threading.Thread(target=self._show, daemon=True)]
 
-  def run(self):
+  def start(self):
+    for thread in self.threads:
+      thread.start()
+
+  def join(self, timeout=None):
+    for thread in self.threads:
+      thread.join(timeout)
+
+  def _read(self):
     with open(self.log_path, "w") as log:
       for line in iter(self.stream.readline, ""):
-        arrived = time.monotonic()
         log.write(line)
         log.flush()
-        if _NOISE.match(line):
-          continue
-        time.sleep(max(0.0, arrived + self.hold_s - time.monotonic()))
-        if not self.job.muted:
-          with self.job.lock:
-            self.out.write(line)
-            self.out.flush()
+        if not _NOISE.match(line):
+          self.lines.put((time.monotonic(), line))
+    self.lines.put((None, None))
+
+  def _show(self):
+    while True:
+      arrived, line = self.lines.get()
+      if line is None:
+        return
+      time.sleep(max(0.0, arrived + self.hold_s - time.monotonic()))
+      if not self.job.muted:
+        with self.job.lock:
+          self.out.write(line)
+          self.out.flush()
 
 
 class Job:
@@ -189,10 +211,16 @@ class Job:
     Not SIGTERM: jax.distributed takes SIGTERM for a preemption notice and
     carries on; a job that lost a worker has nothing left to save.
     """
-    for proc in self.procs:
-      if proc.poll() is None:
+    alive = [proc for proc in self.procs if proc.poll() is None]
+    if alive and self.logs:
+      for proc in alive:  # each dumps its Python stacks into its log
         with contextlib.suppress(ProcessLookupError):
-          proc.kill()
+          proc.send_signal(signal.SIGUSR1)
+      time.sleep(0.5)
+    for proc in alive:
+      with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    for proc in self.procs:
       proc.wait()
 
   def _say(self, line):

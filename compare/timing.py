@@ -14,6 +14,8 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
+from compare import distributed
+
 
 @dataclasses.dataclass
 class Timed:
@@ -82,6 +84,10 @@ def throughput(runs: Sequence[Timed], examples_per_step: int, windows: int = 20,
   rates = {timed.name: [] for timed in runs}
   for w in range(windows):
     for timed in runs[w % len(runs):] + runs[:w % len(runs)]:
+      # Many processes: each window starts together everywhere, so that a
+      # run holding collectives is not timed waiting for a peer still
+      # timing a run without any (the reference).
+      distributed.barrier(f"window-{timed.name}")
       rates[timed.name].append(examples_per_step * steps / _run(timed, steps))
   return {name: {"examples_per_s": statistics.median(r),
                  "examples_per_s_spread": [min(r), max(r)],

@@ -140,6 +140,10 @@ def prepare(backend: str, strategy, config, workdir: str, *, data,
             schedule.eval_every or strategy.eval_every(
                 config, len(data.train_inputs)))
   _peek_newest(job)
+  # Many processes: every one looks before any starts writing checkpoints
+  # (the look depends on whether the directory exists yet, and every
+  # process must open the same managers: Orbax's barriers pair them up).
+  distributed.barrier("looked-at-checkpoints")
   return job
 
 

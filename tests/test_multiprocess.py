@@ -12,6 +12,7 @@ it is left (`_left_behind`).
 import json
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -263,3 +264,13 @@ def test_strip_flags():
       ["--processes", "2", "--baseline", "--devices=4", "--coordinator=h:1",
        "--steps", "3"], launcher.LAUNCHER_FLAGS) == ["--devices=4", "--steps",
                                                      "3"]
+
+
+def test_many_hosts_guide_pulls_tagged_code():
+  """docs/many-hosts.md shows tested code only: every region it names exists."""
+  from docs.guide import sources  # pylint: disable=g-import-not-at-top
+  text = (ROOT / "docs" / "many-hosts.md").read_text()
+  directives = re.findall(r"<!--\s*(code|diff):\s*(.*?)\s*-->", text)
+  assert len(directives) >= 3
+  for kind, args in directives:
+    assert "```" in getattr(sources, kind)(ROOT, args), args
