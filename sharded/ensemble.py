@@ -113,8 +113,12 @@ def make_train_step(config, placement, variant="shard_map"):
                    "accuracy": ensemble.accuracy(probs, batch["targets"])}
 
   def update_model(state, grads):
+    # The update (SGD with momentum) is elementwise, so batching it over this
+    # device's members rounds exactly as member by member: vmapped always.
+    # The per-member barrier and stack cost 16 copies and 328 KiB of temp
+    # here (docs/performance-notes.md).
     return _each_member(lambda member, g: member.apply_gradients(grads=g),
-                        (state, grads), vmapped=vmapped)
+                        (state, grads), vmapped=True)
 
   # The params are split over the axis, not replicated, so the gradient trap
   # of data-parallel ports cannot occur and check_vma stays on.

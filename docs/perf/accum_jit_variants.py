@@ -41,6 +41,7 @@ Variants:
                  `shard_map`, the mean over devices left to jit: the fix.
   port           whatever `sharded.accumulation.make_train_step(..., 'jit')`
                  builds now (the island since issue 13).
+  shard_map_again  a second shard_map step: an A/A control of the timing.
 """
 
 import argparse
@@ -109,9 +110,9 @@ class _Params:
 
 def build(variant, config, placement):
   """A compiled-on-call step `(state, batch) -> (state, {"loss"})`."""
-  if variant in ("shard_map", "port"):
+  if variant in ("shard_map", "shard_map_again", "port"):
     return port.make_train_step(config, placement,
-                                "shard_map" if variant == "shard_map" else "jit")
+                                "jit" if variant == "port" else "shard_map")
   workload = registry.get(config.workload)
   n = placement.shape[devices.AXIS]
   k = config.accum_steps

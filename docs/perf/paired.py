@@ -8,6 +8,7 @@ threads) per window: the work the step itself made the machine do, far less
 sensitive to load. Both are compared window by window (run / baseline).
 """
 
+import resource
 import statistics
 import time
 
@@ -18,20 +19,28 @@ def _cpu():
   return time.process_time()  # CLOCK_PROCESS_CPUTIME_ID: all threads, ns
 
 
+def _switches():
+  usage = resource.getrusage(resource.RUSAGE_SELF)  # all threads
+  return usage.ru_nvcsw, usage.ru_nivcsw
+
+
 def _window(step, state, batch, steps):
-  wall, cpu = time.perf_counter(), _cpu()
+  wall, cpu, (vol, invol) = time.perf_counter(), _cpu(), _switches()
   for _ in range(steps):
     state, metrics = step(state, batch)
     jax.block_until_ready(state)  # CPU collectives: one step in flight
   jax.block_until_ready((state, metrics))
+  vol_end, invol_end = _switches()
+  _window.switches = ((vol_end - vol) / steps, (invol_end - invol) / steps)
   return state, time.perf_counter() - wall, _cpu() - cpu
 
 
 def measure(runs, windows=10, steps=None, window_s=0.4, warmup=2):
   """`runs`: {name: (step, state, batch)}; states are consumed.
 
-  Returns {name: {"wall_ms": [...], "cpu_ms": [...]}} per step, per window,
-  in window order (rotated A B C, B C A, ...).
+  Returns {name: {"wall_ms": [...], "cpu_ms": [...], "voluntary": [...],
+  "involuntary": [...]}} per step, per window, in window order (rotated
+  A B C, B C A, ...); the last two are the process's context switches.
   """
   names = list(runs)
   states = {n: runs[n][1] for n in names}
@@ -43,12 +52,15 @@ def measure(runs, windows=10, steps=None, window_s=0.4, warmup=2):
       states[n], wall, _ = _window(runs[n][0], states[n], runs[n][2], 1)
       slowest = max(slowest, wall)
     steps = max(1, round(window_s / max(slowest, 1e-6)))
-  out = {n: {"wall_ms": [], "cpu_ms": [], "steps": steps} for n in names}
+  out = {n: {"wall_ms": [], "cpu_ms": [], "voluntary": [], "involuntary": [],
+             "steps": steps} for n in names}
   for w in range(windows):
     for n in names[w % len(names):] + names[:w % len(names)]:
       states[n], wall, cpu = _window(runs[n][0], states[n], runs[n][2], steps)
       out[n]["wall_ms"].append(1e3 * wall / steps)
       out[n]["cpu_ms"].append(1e3 * cpu / steps)
+      out[n]["voluntary"].append(_window.switches[0])
+      out[n]["involuntary"].append(_window.switches[1])
   return out
 
 
