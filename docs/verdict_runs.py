@@ -97,8 +97,7 @@ def main(argv=None) -> int:
                       "devices, one timing window",
           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
           "jax_version": jax.__version__,
-          "command": "python docs/verdict_runs.py --json "
-                     "docs/measured/verdicts.json"}
+          "command": "python docs/build_guide.py --measure verdicts"}
   pathlib.Path(args.json).write_text(
       json.dumps({**meta, "runs": out}, indent=1))
   return 0
