@@ -165,6 +165,7 @@ def _launch(args, argv):
   """`--processes P`: P local workers (`compare.launcher`), and with
   `--baseline` the same comparison in one process with all the devices."""
   import tempfile  # pylint: disable=g-import-not-at-top
+  from compare import baseline  # pylint: disable=g-import-not-at-top
   from compare import launcher  # pylint: disable=g-import-not-at-top
   devices = args.devices or emulation.DEFAULT_DEVICES
   launch = dict(prog="compare", module="compare", processes=args.processes,
@@ -173,11 +174,11 @@ def _launch(args, argv):
     return launcher.launch(argv=argv, **launch)
   with tempfile.TemporaryDirectory(prefix="shardport-compare-") as folder:
     path = args.json or f"{folder}/report.json"
-    return launcher.launch_with_baseline(
+    return baseline.launch_with_baseline(
         argv=[*argv, "--json", path], normal=(0, 1, 2, 3), result_path=path,
         result_argv=lambda into: (["--json", f"{into}/result.json",
                                    "--plot", ""], f"{into}/result.json"),
-        kind=launcher.compare_baseline, **launch)
+        kind=baseline.compare_baseline, **launch)
 
 
 def main(argv=None) -> int:

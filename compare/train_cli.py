@@ -18,6 +18,7 @@ from compare import distributed
 from compare import emulation
 from compare import options
 from compare import strategies
+from compare import workdir as workdirs
 
 EXIT_DONE, EXIT_USAGE = 0, 2
 
@@ -55,6 +56,7 @@ def _launch(backend, args, argv):
   workdir, and with `--baseline` the same job in one process with all the
   devices, in a workdir of its own."""
   import os  # pylint: disable=g-import-not-at-top
+  from compare import baseline  # pylint: disable=g-import-not-at-top
   from compare import launcher  # pylint: disable=g-import-not-at-top
   launch = dict(prog="train", module=f"{backend}.train",
                 processes=args.processes,
@@ -62,11 +64,11 @@ def _launch(backend, args, argv):
                 coordinator=args.coordinator, normal=(EXIT_DONE, EXIT_USAGE))
   if not args.baseline:
     return launcher.launch(argv=argv, **launch)
-  return launcher.launch_with_baseline(
+  return baseline.launch_with_baseline(
       argv=argv, result_path=os.path.join(args.workdir, "result.json"),
       result_argv=lambda into: (["--workdir", f"{into}/work"],
                                 f"{into}/work/result.json"),
-      kind=launcher.train_baseline, **launch)
+      kind=baseline.train_baseline, **launch)
 
 
 def _prepare(backend, args):
@@ -119,7 +121,7 @@ def main(backend: str, argv=None) -> int:
       raise options.UsageError(str(err)) from None
     try:
       result = training.run(job, progress=sys.stderr.isatty())
-    except (checkpoints.CheckpointError, training.WorkdirError) as err:
+    except (checkpoints.CheckpointError, workdirs.WorkdirError) as err:
       raise options.UsageError(str(err)) from None
   except options.UsageError as err:
     print(f"train: error: {err}", file=sys.stderr)

@@ -32,14 +32,11 @@ from compare import report
 from compare import runner
 from compare import strategies
 from compare import timing
+from compare import workdir as workdirs
 from workloads import batches
 from workloads import datasets
 from workloads import digest
 from workloads import microbatches
-
-
-class WorkdirError(ValueError):
-  """A workdir that cannot hold the run (exit 2)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,18 +78,6 @@ def _path(job, name):
   return os.path.join(job.workdir, name)
 
 
-def _check_workdir(workdir):
-  """Raises WorkdirError unless files can be created and written in it."""
-  try:
-    os.makedirs(workdir, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=workdir, prefix=".probe") as probe:
-      probe.write(b"\0" * 65536)
-      probe.flush()
-      os.fsync(probe.fileno())
-  except OSError as err:
-    raise WorkdirError(f"--workdir {workdir}: {err.strerror or err}") from None
-
-
 def _peek_newest(job) -> int:
   """The newest readable checkpoint's step (0 if none), checked against
   this run: same strategy and config, not past its last step."""
@@ -132,7 +117,7 @@ def prepare(backend: str, strategy, config, workdir: str, *, data,
     importlib.import_module(f"{backend}.devices").check_members(
         config.members, placement)
   calls = strategy.calls_per_step(config, module.VARIANTS[0])
-  _check_workdir(workdir)
+  workdirs.check_workdir(workdir)
   job = Job(backend, strategy, config, data, n_devices, workdir, schedule,
             module, placement, checkpoints.Layout.of(module, config, calls),
             checkpoints.run_record(strategy.name, config, backend,
@@ -145,21 +130,6 @@ def prepare(backend: str, strategy, config, workdir: str, *, data,
   # process must open the same managers: Orbax's barriers pair them up).
   distributed.barrier("looked-at-checkpoints")
   return job
-
-
-def _check_space(job, like):
-  """Raises WorkdirError when the disk cannot hold the checkpoints kept."""
-  tree = {"params": like.params,
-          "opt_state": microbatches.canonical_opt_state(like.opt_state)}
-  targets = job.layout.placement.checkpoint_target(tree)
-  size = sum(np.prod(t.shape) * t.dtype.itemsize
-             for t in jax.tree.leaves(targets))
-  needed = (job.schedule.max_to_keep + 1) * size + 2**20
-  free = shutil.disk_usage(job.workdir).free
-  if free < needed:
-    raise WorkdirError(f"--workdir {job.workdir} has {free / 2**20:.1f} MiB "
-                       f"free; {job.schedule.max_to_keep} checkpoints need "
-                       f"about {needed / 2**20:.1f} MiB")
 
 
 def _log(line, progress):
@@ -179,24 +149,6 @@ def _global_devices(job) -> int:
   return job.n_devices * jax.process_count()
 
 
-def _rewind_metrics(path, step):
-  """Drops the lines a killed run logged past `step` (and any torn line)."""
-  if not os.path.exists(path):
-    return
-  kept = []
-  with open(path) as f:
-    for line in f:
-      try:
-        if json.loads(line)["step"] <= step:
-          kept.append(line)
-      except (ValueError, KeyError):
-        continue
-  with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(path),
-                                   delete=False) as f:
-    f.writelines(kept)
-  os.replace(f.name, path)
-
-
 def _restore(job, manager, like, progress):
   """The state to start from, and what restoring it found (None: fresh)."""
   main = distributed.is_main_process()
@@ -206,7 +158,7 @@ def _restore(job, manager, like, progress):
   if restored is None:
     return like, None
   if main:
-    _rewind_metrics(_path(job, "metrics.jsonl"), restored.step)
+    workdirs.rewind_metrics(_path(job, "metrics.jsonl"), restored.step)
   record = restored.record
   _log(f"resumed from step {restored.step} ({record['backend']}, "
        f"{record['devices']} devices"
@@ -322,15 +274,15 @@ def run(job: Job, progress: bool = False) -> dict:
   """Trains the prepared job to its last step; writes and returns the result.
 
   Raises:
-    checkpoints.CheckpointError, WorkdirError: the workdir's checkpoints or
-      disk do not allow the run (before the first step).
+    checkpoints.CheckpointError, workdirs.WorkdirError: the workdir's
+      checkpoints or disk do not allow the run (before the first step).
   """
   manager = checkpoints.open_manager(_path(job, "checkpoints"),
                                      job.schedule.max_to_keep)
   try:
     like = job.module.create_state(job.config.seed, job.config,
                                    job.placement)
-    _check_space(job, like)
+    workdirs.check_space(job, like)
     state, restored = _restore(job, manager, like, progress)
     start = restored.step if restored else 0
     state, loop = _train(job, manager, state, start, progress)
