@@ -81,6 +81,14 @@ def _workers(launcher_pid) -> dict[int, int]:
   return workers
 
 
+def _kill_and_wait(job, victim):
+  """SIGKILLs worker `victim`; the launcher's output and seconds to exit."""
+  os.kill(victim, signal.SIGKILL)
+  killed_at = time.monotonic()
+  stdout, stderr = job.communicate(timeout=FAULT_S)
+  return stdout, stderr, time.monotonic() - killed_at
+
+
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_two_processes_end_as_one(strategy, tmp_path):
   """2 x 4 devices end with the 1 x 8 state digests, bitwise, every run."""
@@ -136,10 +144,7 @@ def test_training_program_matches_one_process_and_resumes_after_a_kill(
       if line.startswith("step 4 "):
         break
     victim = _workers(job.pid)[1]
-    os.kill(victim, signal.SIGKILL)
-    killed_at = time.monotonic()
-    stdout, stderr = job.communicate(timeout=FAULT_S)
-    seconds = time.monotonic() - killed_at
+    stdout, stderr, seconds = _kill_and_wait(job, victim)
   finally:
     if job.poll() is None:
       job.kill()
@@ -180,10 +185,7 @@ def test_compare_killed_worker_ends_the_job(tmp_path):
     # Mid-run: once process 1 has computed for a while (past its imports).
     while _cpu_seconds(victim) < 10 and time.monotonic() < deadline:
       time.sleep(0.5)
-    os.kill(victim, signal.SIGKILL)
-    killed_at = time.monotonic()
-    _, stderr = job.communicate(timeout=FAULT_S)
-    seconds = time.monotonic() - killed_at
+    _, stderr, seconds = _kill_and_wait(job, victim)
   finally:
     if job.poll() is None:
       job.kill()
