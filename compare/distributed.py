@@ -29,11 +29,13 @@ import time
 
 from compare import options
 
+# region: timeouts
 # Defaults on localhost (the launcher's workers, tests): a fault must end the
 # job within seconds, and every worker starts within seconds of the others.
 LOCAL_TIMEOUTS = {"init": 30, "heartbeat": 10, "shutdown": 30}
 # Elsewhere jax's own defaults: a cluster's workers may start minutes apart.
 CLUSTER_TIMEOUTS = {"init": 300, "heartbeat": 100, "shutdown": 300}
+# endregion
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 # How long a process waits at a barrier for the others (a lost process ends
 # the job sooner: heartbeats).

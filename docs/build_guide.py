@@ -18,8 +18,15 @@ its line):
     <!-- table: tolerances -->         each strategy's tolerances and reasons
     <!-- table: errors -->             the index of error messages
     <!-- table: dispatch -->           time per call of a small step
+    <!-- table: many-hosts -->         2 processes x 4 devices against 1 x 8
+    <!-- table: handover -->           a job moved between the backends
+    <!-- table: checkpoint-cost -->    what its saves and restores cost
+    <!-- table: sweep -->              each strategy on 1, 2, 4, 8 devices
+    <!-- table: ensemble-runs -->      the ensemble port over repeated runs
     <!-- programs -->                  docs/programs/STRATEGY.md, in the
                                        registry's order
+    <!-- part: PATH -->                PATH's text (a section kept in its
+                                       own file), less its title line
     <!-- link-if-exists: PATH -->      a link to PATH, or that it is not
                                        written yet
     <!-- figures -->                   where each figure comes from
@@ -49,8 +56,10 @@ from docs.guide import ROOT
 from docs.guide import TEMPLATE
 from docs.guide import GuideError
 from docs.guide import figures
+from docs.guide import jobs
 from docs.guide import measure as measuring
 from docs.guide import references
+from docs.guide import scaling
 from docs.guide import sources
 from docs.guide import tables
 from docs.guide.references import LINK as _LINK
@@ -113,7 +122,12 @@ def _directive(root, kind, args):
     return _TOC
   renderers = {"measured": measured_table, "tolerances": lambda _: (
       tolerance_table()), "errors": tables.errors_table,
-               "dispatch": tables.dispatch_table}
+               "dispatch": tables.dispatch_table,
+               "many-hosts": jobs.many_hosts_table,
+               "handover": jobs.handover_table,
+               "checkpoint-cost": jobs.checkpoint_cost_table,
+               "sweep": scaling.sweep_table,
+               "ensemble-runs": scaling.ensemble_runs_table}
   if kind == "table" and args in renderers:
     return renderers[args](root)
   raise GuideError(f"{TEMPLATE}: unknown directive {kind}: {args}")
@@ -135,9 +149,21 @@ def contents(text):
       for i, (head, subs) in enumerate(sections, 1))
 
 
+def _part(root, path):
+  """A section kept in its own file: its text without its `# ` title."""
+  file = root / path
+  if not file.is_file():
+    raise GuideError(f"{TEMPLATE}: <!-- part: {path} -->: no such file")
+  lines = file.read_text().rstrip("\n").splitlines()
+  return "\n".join(lines[1:] if lines and lines[0].startswith("# ")
+                   else lines).strip("\n")
+
+
 def template_text(root):
-  """The template with `<!-- programs -->` expanded: what the build reads."""
+  """The template with programs and parts pasted in: what the build reads."""
   text = (root / TEMPLATE).read_text()
+  text = re.sub(r"^<!--\s*part:\s*(\S+)\s*-->[ \t]*$",
+                lambda m: _part(root, m.group(1)), text, flags=re.M)
   return re.sub(r"^<!--\s*programs\s*-->\s*$", lambda _: _programs(root),
                 text, flags=re.M)
 

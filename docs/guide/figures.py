@@ -138,7 +138,9 @@ class DispatchSource(Source):
 
 class ReportSource(Source):
   """A `python -m compare --json` report: `S/run/RUN/KEY`,
-  `S/run/RUN/memory/KEY_mib`, `S/pair/A~B/AT/KEY`, `S/KEY`."""
+  `S/run/RUN/memory/KEY_mib`, `S/run/RUN/share_of_peak` (achieved over the
+  probed peak), `S/ratio/A_over_B` (examples/s, median of window-by-window
+  ratios), `S/pair/A~B/AT/KEY`, `S/KEY`."""
 
   def label(self, group):
     d = self.data
@@ -162,6 +164,17 @@ class ReportSource(Source):
           f"{k.removesuffix('_bytes')}_mib": v / MIB
           for k, v in memory.items() if isinstance(v, (int, float))}}
       out["run"][name] = run
+    out["ratio"] = {
+        f"{a}_over_{b}": _ratios(ra["window_examples_per_s"],
+                                 rb["window_examples_per_s"])
+        for a, ra in self.data.get("runs", {}).items()
+        for b, rb in self.data.get("runs", {}).items()
+        if a != b and ra.get("window_examples_per_s")
+        and rb.get("window_examples_per_s")}
+    peak = self.data.get("peak_gflops")
+    for run in out["run"].values():
+      if peak and run.get("achieved_gflops"):
+        run["share_of_peak"] = run["achieved_gflops"] / peak
     out["pair"] = {}
     for v in self.data.get("equivalence", []):
       out["pair"].setdefault(f"{v['a']}~{v['b']}", {})[v["at"]] = v
@@ -169,7 +182,9 @@ class ReportSource(Source):
 
 
 _KINDS = {"traps": TrapsSource, "dispatch": DispatchSource,
-          "errors": Source, "verdicts": Source}
+          **dict.fromkeys(("errors", "verdicts", "handover", "many_hosts",
+                           "sweep", "ensemble_runs"), Source)}
+# Anything else under docs/measured/ is a `python -m compare` report.
 
 
 def sources(root):

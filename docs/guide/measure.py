@@ -2,7 +2,10 @@
 
 Targets: every strategy in the registry (`python -m compare --strategy S
 --devices 8 --json docs/measured/S.json`), `traps` (docs/traps.py),
-`dispatch` (docs/bench_dispatch.py), `errors` (docs/errors.py), and `all`.
+`dispatch` (docs/bench_dispatch.py), `errors` (docs/errors.py), the long
+runs behind the verdict, the handover of a running job, 2 processes against
+1, the device sweeps and the repeated ensemble runs (`docs/*_runs.py`), and
+`all`.
 Every file gets the date (UTC) and the command that made it, so the guide
 says when and how each figure was measured; the guide's figures name the
 file they come from.
@@ -21,7 +24,15 @@ SCRIPTS = {"traps": ["docs/traps.py"],
            "dispatch": ["docs/bench_dispatch.py"],
            "errors": ["docs/errors.py"],
            # About an hour on 2 cores: the long runs behind the verdict.
-           "verdicts": ["docs/verdict_runs.py"]}
+           "verdicts": ["docs/verdict_runs.py"],
+           "handover": ["docs/handover_runs.py"],
+           "many_hosts": ["docs/many_hosts_runs.py"],
+           "sweep": ["docs/sweep_runs.py"],
+           "ensemble_runs": ["docs/ensemble_runs.py"],
+           # The issue 13 utilisation target's workload: 28x28 inputs.
+           "utilisation": ["-m", "compare", "--strategy", "data_parallel",
+                           "--dataset", "synthetic:28x28", "--steps", "30",
+                           "--devices", "8"]}
 
 
 def targets(registry):
