@@ -117,13 +117,18 @@ def verdict_lines(report: dict) -> list[str]:
       lines.append(
           f"calibrated {v['a']}~{v['b']}: drift at most {cal['max_ratio']:.2f}"
           f"x the calibration band (step {cal['worst_step']}), allowed "
-          f"{cal['multiple']:g}x; " + ", ".join(
+          f"{cal['multiple']:g}x; "
+          + (f"a flip at step {cal['flip_step']} (then "
+             f"{cal['max_ratio_after_flip']:.1f}x: judged by the metrics); "
+             if cal.get("flip_step") else "") + ", ".join(
               f"{k} gap {m['gap']:.2e} vs spread "
               f"{m['calibration_spread']:.2e}"
               for k, m in cal["metrics"].items()))
   curve = report.get("calibration", {}).get("drift_per_step")
   if curve:
-    lines.append(f"calibration (reference vs reference, rows reordered): "
+    lines.append(f"calibration (reference vs reference, rows reordered, "
+                 f"largest of {len(report['calibration'].get('samples', [1]))}"
+                 "): "
                  f"step 1 {curve[0]:.2e}, step {len(curve)} {curve[-1]:.2e}, "
                  f"largest {max(curve):.2e}")
   return lines

@@ -51,12 +51,12 @@ def run_job(strategy, legs, folder):
   """The legs one after another on one workdir; the last leg's result."""
   workdir = pathlib.Path(tempfile.mkdtemp(dir=folder))
   commands, legs_kept = [], []
-  for backend, steps, devices in legs:
+  for i, (backend, steps, devices) in enumerate(legs):
     argv = leg_argv(strategy, backend, steps, devices, "W")
     commands.append(run_record.command_line(argv))
     code, seconds = run_record.run(
         leg_argv(strategy, backend, steps, devices, workdir),
-        log=workdir.with_suffix(".log"))
+        log=workdir.with_suffix(f".leg{i}.log"))
     if code != 0:
       return {"commands": commands, "exit": code}
     result = json.loads((workdir / "result.json").read_text())

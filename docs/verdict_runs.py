@@ -2,11 +2,14 @@
 
     python docs/verdict_runs.py --json docs/measured/verdicts.json
     python docs/verdict_runs.py --from DIR --json ...   # summarise DIR/*.json
+    python docs/verdict_runs.py --json ... --only NAME  # re-measure one entry
 
 Runs `python -m compare` for data_parallel and accumulation at 20, 300 and
 1000 steps, and each negative control at 20 and 300 steps; the ensemble at
-20 epochs with and without its controls, and with 16 vmapped members. It
-takes about an hour on 2 cores. Every entry records the command, its exit
+20 epochs with and without its controls, and with 16 vmapped members; and
+data_parallel on random-label 28x28 inputs at 30 and 100 steps and on 2
+devices at 20 steps. It takes
+about an hour on 2 cores. Every entry records the command, its exit
 code, the verdict, each final pair's largest drift over the calibration
 band, and the test accuracies, so the guide's figures are drawn from here.
 """
@@ -33,6 +36,15 @@ RUNS = {
        for c in ("members-mixed", "lr-1pct")},
     "ensemble_vmap16": ["--strategy", "ensemble", "--members", "16",
                         "--member-loop", "vmap"],
+    # A model that only fits noise (random labels): ReLU flips make the drift
+    # jump at random steps, the case that needs several calibration runs.
+    **{f"data_parallel_synthetic28_{steps}": [
+        "--strategy", "data_parallel", "--dataset", "synthetic:28x28",
+        "--steps", str(steps)] for steps in (30, 100)},
+    # 2 devices: the classic summed loss makes the step 4x larger than on 8,
+    # and training runs at the edge of stability (flips).
+    "data_parallel_2dev_20": ["--strategy", "data_parallel", "--devices", "2",
+                              "--steps", "20"],
 }
 
 
@@ -46,10 +58,16 @@ def summarise(report: dict) -> dict:
     if v.get("calibration"):
       entry["max_ratio"] = v["calibration"]["max_ratio"]
       entry["worst_step"] = v["calibration"]["worst_step"]
+      entry["flip_step"] = v["calibration"].get("flip_step")
+      entry["max_ratio_after_flip"] = v["calibration"].get(
+          "max_ratio_after_flip")
   curve = report["calibration"]["drift_per_step"]
   return {"verdict": report["verdict"], "steps": report["steps"],
           "negative_control": report.get("negative_control"),
           "calibration_final": curve[-1] if curve else None,
+          "calibration_runs": {
+              name: sample["drift_per_step"][-1] for name, sample in
+              report["calibration"].get("samples", {}).items()},
           "calibration_multiple": next(
               (v["calibration"]["multiple"] for v in report["equivalence"]
                if v.get("calibration")), None),
@@ -73,6 +91,9 @@ def main(argv=None) -> int:
   parser.add_argument("--from", dest="source", default=None,
                       help="summarise existing reports NAME.json in this "
                            "folder (exit codes from its exits.txt)")
+  parser.add_argument("--only", nargs="+", choices=list(RUNS), default=None,
+                      help="run these entries only and replace them in the "
+                           "existing --json file, keeping the others")
   args = parser.parse_args(argv)
   folder = args.source or tempfile.mkdtemp()
   exits = {}
@@ -82,7 +103,11 @@ def main(argv=None) -> int:
       if len(parts) == 3:
         exits[parts[0]] = int(parts[2])
   out = {}
+  if args.only and os.path.exists(args.json):
+    out = json.loads(pathlib.Path(args.json).read_text())["runs"]
   for name, flags in RUNS.items():
+    if args.only and name not in args.only:
+      continue
     path = pathlib.Path(folder) / f"{name}.json"
     if not args.source:
       path, exits[name], _ = run_one(name, flags, folder)

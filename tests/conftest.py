@@ -24,14 +24,21 @@ def digits():
   return datasets.load("digits")
 
 
+# The slowest tests (several processes each), started first so that the
+# workers (pytest-xdist) do not wait on one of them at the end.
+SLOW_FIRST = ("test_multiprocess.py",)
+
+
 def pytest_collection_modifyitems(config, items):
-  """Skips tests marked `jax010` on jax < 0.10 (the original-runtime env).
+  """Starts the slowest tests first; skips tests marked `jax010` on jax <
+  0.10 (the original-runtime env).
 
   Those tests pin behaviour that jax 0.10 introduced or removed (e.g. the
   Explicit default of `make_mesh`, `jax.device_put_replicated` being gone);
   `constraints/original-pmap-runtime.txt` installs jax 0.9.2.
   """
   del config
+  items.sort(key=lambda item: item.path.name not in SLOW_FIRST)
   if jax.__version_info__ >= (0, 10):
     return
   skip = pytest.mark.skip(

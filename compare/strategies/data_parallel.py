@@ -38,7 +38,7 @@ class DataParallel(Strategy):
   name = "data_parallel"
   program = "data_parallel"
   # Defaults that train: 95%+ test accuracy on digits in well under 90 s
-  # (docs/verdict-notes.md). The loss is the classic one (summed per
+  # (docs/measured/data_parallel.json). The loss is the classic one (summed per
   # device, averaged over devices), SGD with momentum.
   defaults = {"steps": 200, "global_batch": 128, "learning_rate": 0.004}
   runs = (Run("pmap", legacy, "pmap"),

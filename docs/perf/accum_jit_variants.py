@@ -49,7 +49,8 @@ import collections
 import os
 import re
 import statistics
-import sys
+
+import probe_env
 
 
 def _parse():
@@ -68,12 +69,7 @@ def _parse():
 
 
 ARGS = _parse()
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           f" --xla_force_host_platform_device_count={ARGS.devices}")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+probe_env.emulate(ARGS.devices)
 
 # pylint: disable=wrong-import-position
 import einops

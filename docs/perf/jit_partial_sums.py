@@ -29,17 +29,14 @@ the new `w` from the plain program's.
 """
 
 import argparse
-import os
-import sys
+
+import probe_env
 
 ARGS = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ARGS.add_argument("--devices", type=int, default=8)
 ARGS.add_argument("--k", type=int, default=4)
 ARGS = ARGS.parse_args()
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           f" --xla_force_host_platform_device_count={ARGS.devices}")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+probe_env.emulate(ARGS.devices)
 
 # pylint: disable=wrong-import-position
 import jax

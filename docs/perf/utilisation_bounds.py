@@ -29,7 +29,8 @@ Each part is timed interleaved with the others window by window
 import argparse
 import os
 import statistics
-import sys
+
+import probe_env
 
 
 def _parse():
@@ -42,11 +43,7 @@ def _parse():
 
 
 ARGS = _parse()
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           f" --xla_force_host_platform_device_count={ARGS.devices}")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+probe_env.emulate(ARGS.devices)
 
 # pylint: disable=wrong-import-position
 import jax
