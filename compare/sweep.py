@@ -83,6 +83,7 @@ def plot(result: dict, path: str) -> None:
                  ylabel="all-reduced bytes per step", title="collectives")
   for axis in (speed, collective):
     axis.set_xticks(counts, [str(c) for c in counts])
+    axis.minorticks_off()  # the log axis's minor labels read "3x10^0"
     axis.legend(fontsize="small")
   figure.tight_layout()
   partial = f"{path}.partial.png"

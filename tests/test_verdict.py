@@ -154,6 +154,9 @@ def test_calibration_band_is_the_largest_drift_of_its_runs():
     ([1e-7, 1e-7, 8e-6, 3e-5, 3e-5], 1.0, "close", 3),
     # The same flip with test metrics apart: the metrics judge, and fail.
     ([1e-7, 1e-7, 8e-6, 3e-5, 3e-5], 1.5, "differ", 3),
+    # A jump from within the band far beyond what a flip moves (a state
+    # changed by 0.1% at once, as a wrong restore does): not a flip.
+    ([1e-7, 1e-7, 1e-3, 1e-3, 1e-3], 1.0, "differ", None),
     # Out of the band before the jump (a wrong port from the start): the
     # jump excuses nothing.
     ([1e-5, 2e-5, 8e-4, 3e-3, 3e-3], 1.0, "differ", None),
