@@ -84,15 +84,11 @@ import paired
 from compare import hlo as hlo_lib
 from sharded import accumulation as port
 from sharded import devices
-from workloads import batches, configs, datasets, microbatches, registry
+from workloads import batches, configs, microbatches, registry
 
 
 def _config():
-  data = datasets.load(ARGS.dataset)
-  base = dict(workload="cnn", dataset=ARGS.dataset, global_batch=ARGS.batch,
-              input_shape=data.train_inputs.shape[1:])
-  base.update(registry.get("cnn").defaults)
-  base["global_batch"] = ARGS.batch
+  data, base = probe_env.cnn_fields(ARGS.dataset, ARGS.batch)
   return data, configs.AccumulationConfig(**base, accum_steps=ARGS.accum_steps,
                                           accum_loop=ARGS.loop)
 

@@ -16,3 +16,14 @@ def emulate(devices: int) -> None:
     sys.path.insert(0, str(ROOT))
   from compare import emulation  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   emulation.set_cpu_device_count(devices)
+
+
+def cnn_fields(dataset: str, batch: int):
+  """The dataset and the CNN's config fields the probes train with."""
+  from workloads import datasets, registry  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  data = datasets.load(dataset)
+  base = dict(workload="cnn", dataset=dataset, global_batch=batch,
+              input_shape=data.train_inputs.shape[1:])
+  base.update(registry.get("cnn").defaults)
+  base["global_batch"] = batch
+  return data, base

@@ -56,7 +56,7 @@ import paired
 from compare import hlo as hlo_lib
 from compare.reference import data_parallel as reference
 from sharded import data_parallel as port
-from workloads import batches, configs, datasets, registry
+from workloads import batches, configs
 
 
 def _cost(compiled, n):
@@ -66,11 +66,7 @@ def _cost(compiled, n):
 
 
 def main():
-  data = datasets.load(ARGS.dataset)
-  base = dict(workload="cnn", dataset=ARGS.dataset, global_batch=ARGS.batch,
-              input_shape=data.train_inputs.shape[1:])
-  base.update(registry.get("cnn").defaults)
-  base["global_batch"] = ARGS.batch
+  data, base = probe_env.cnn_fields(ARGS.dataset, ARGS.batch)
   config = configs.TrainConfig(**base)
   host = next(batches.train_batches(data, 0, ARGS.batch, 1))
   mesh = port.make_placement(ARGS.devices)
