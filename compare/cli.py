@@ -10,9 +10,10 @@ import datetime
 import os
 import sys
 
-from compare import distributed
-from compare import emulation
-from compare import options
+from launch import distributed
+from launch import emulation
+from launch import files
+from launch import options
 from compare import report
 from compare import strategies
 from compare import switch
@@ -56,7 +57,7 @@ def _check(args):
   for flag, path in (("--json", args.json), ("--plot", args.plot)):
     if path:
       try:
-        report.check_writable(path, flag)
+        files.check_writable(path, flag)
       except OSError as err:
         raise UsageError(str(err)) from None
 
@@ -67,34 +68,19 @@ def _prepare(args):
   Returns:
     `(strategy, config, data, n_devices, control)`.
   """
-  import jax  # pylint: disable=g-import-not-at-top
-  from workloads import datasets  # pylint: disable=g-import-not-at-top
-  from workloads import registry  # pylint: disable=g-import-not-at-top
-
-  available = jax.local_device_count()
-  n_devices = args.devices or available
-  if n_devices > available:
-    raise UsageError(f"asked for {n_devices} devices, {available} exist")
+  from training import inputs  # pylint: disable=g-import-not-at-top
   strategy = strategies.get(args.strategy)
-  given = options.run_options(args)
   try:
-    workload = registry.get(given.get("workload", strategy.workloads[0]))
-    data = datasets.load(given.get("dataset", workload.dataset),
-                         args.data_dir)
-    config = strategy.make_config(given, data)
-    counts = (sweep.parse(args.sweep_devices) if args.sweep_devices
-              else (n_devices,))
-    if max(counts) > available:
-      raise UsageError(f"asked for {max(counts)} devices, {available} exist")
-    for count in counts:
-      strategy.validate(config, data, count, jax.process_count())
+    counts = sweep.parse(args.sweep_devices) if args.sweep_devices else ()
+    checked = inputs.prepare(strategy, args, counts)
     control = (strategy.control(args.negative_control)
                if args.negative_control else None)
     if args.switch_at is not None:
-      switch.check(strategy, config, n_devices, args.switch_at)
-  except ValueError as err:  # every input error of workloads and strategies
+      switch.check(strategy, checked.config, checked.n_devices,
+                   args.switch_at)
+  except ValueError as err:  # every input error of the strategy's options
     raise UsageError(str(err)) from None
-  return strategy, config, data, n_devices, control
+  return strategy, checked.config, checked.data, checked.n_devices, control
 
 
 def _pmap_runtime() -> dict:
@@ -158,15 +144,15 @@ def _show(args, strategy, full):
   if args.plot:
     (sweep.plot if args.sweep_devices else strategy.plot)(full, args.plot)
   if args.json:
-    report.write_json(full, args.json)
+    files.write_json(full, args.json)
 
 
 def _launch(args, argv):
-  """`--processes P`: P local workers (`compare.launcher`), and with
+  """`--processes P`: P local workers (`launch.launcher`), and with
   `--baseline` the same comparison in one process with all the devices."""
   import tempfile  # pylint: disable=g-import-not-at-top
-  from compare import baseline  # pylint: disable=g-import-not-at-top
-  from compare import launcher  # pylint: disable=g-import-not-at-top
+  from launch import baseline  # pylint: disable=g-import-not-at-top
+  from launch import launcher  # pylint: disable=g-import-not-at-top
   devices = args.devices or emulation.DEFAULT_DEVICES
   launch = dict(prog="compare", module="compare", processes=args.processes,
                 devices=devices, coordinator=args.coordinator)

@@ -13,10 +13,9 @@ import types
 import jax
 import jax.numpy as jnp
 
-from compare import protocol
+from training import protocol
 
-_API = tuple(name for name in vars(protocol.StrategyModule)
-             if not name.startswith("_"))
+_API = protocol.API
 
 
 def _with(module, **changed):

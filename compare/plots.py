@@ -1,8 +1,8 @@
 """`--plot PATH`: learning curves, and the drift against the calibration band."""
 
-import os
-
 import numpy as np
+
+from launch import files
 
 
 def _curves(axes, report, members):
@@ -66,8 +66,8 @@ def learning_curves(report: dict, path: str, members: bool = False) -> None:
                   f"{report['dataset']}, {report['devices']} "
                   f"{report['platform']} devices: verdict {report['verdict']}")
   figure.tight_layout()
-  # Written beside the target and renamed, so a failure leaves no half PNG.
-  partial = f"{path}.partial.png"
-  figure.savefig(partial, dpi=100)
-  plt.close(figure)
-  os.replace(partial, path)
+  try:
+    with files.replaced_atomically(path, suffix=".png") as partial:
+      figure.savefig(partial, dpi=100)
+  finally:
+    plt.close(figure)

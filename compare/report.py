@@ -1,13 +1,9 @@
-"""The printed table, the verdict lines and the atomically written JSON.
+"""The printed table and the verdict lines (the JSON: `launch.files`).
 
 Generic: what only one strategy reports comes from its `report_lines`.
 """
 
-import json
-import math
-import os
 import statistics
-import tempfile
 
 SCHEMA = 2
 # shard_map must keep at least this share of pmap's throughput (issue 2).
@@ -157,36 +153,3 @@ def table(report: dict, strategy_lines: list[str] = ()) -> str:
                  "parameters)")
   lines.append(f"verdict: {report['verdict']}")
   return "\n".join(lines)
-
-
-def check_writable(path: str, flag: str) -> None:
-  """Raises OSError now, naming `flag`, if `path` cannot be written later."""
-  folder = os.path.dirname(os.path.abspath(path))
-  if os.path.isdir(path):
-    raise OSError(f"{flag} {path} is a directory")
-  if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-    raise OSError(f"{flag} {path}: cannot write in {folder}")
-
-
-def _strict(value):
-  """`value` with non-finite floats as strings: valid JSON, nothing lost."""
-  if isinstance(value, float) and not math.isfinite(value):
-    return str(value)  # "nan", "inf", "-inf"
-  if isinstance(value, dict):
-    return {k: _strict(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [_strict(v) for v in value]
-  return value
-
-
-def write_json(report: dict, path: str) -> None:
-  """Writes the report to `path` atomically (temp file, then rename).
-
-  Non-finite numbers (a run that blew up) are written as the strings
-  "nan", "inf" and "-inf", so the file stays valid JSON.
-  """
-  folder = os.path.dirname(os.path.abspath(path))
-  with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp",
-                                   delete=False) as f:
-    json.dump(_strict(report), f, indent=1, allow_nan=False)
-  os.replace(f.name, path)

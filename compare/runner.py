@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import tqdm
 
-from compare import distributed
+from launch import distributed
 from compare import equivalence
 from compare import hlo
 from compare import switch
@@ -26,6 +26,9 @@ from compare import timing
 from compare import utilisation
 from compare import verdicts
 from compare.reference import OneDevice
+from training import dispatch
+from training import metrics as run_metrics
+from training.metrics import global_devices
 from workloads import batches
 from workloads import digest
 
@@ -68,28 +71,6 @@ class Run:
   summary: dict = dataclasses.field(default_factory=dict)
 
 
-def optimizer_step(step, calls):
-  """`step` called `calls` times on the same batch: one optimiser step.
-
-  Under optax.MultiSteps each call takes one microbatch and every K-th
-  updates the params; the loss is the mean over the calls. On CPU each call
-  is waited for (`timing.max_in_flight`).
-  """
-  if calls == 1:
-    return step
-
-  def whole_step(state, batch):
-    losses = []
-    for _ in range(calls):
-      state, metrics = step(state, batch)
-      losses.append(metrics["loss"])
-      if timing.max_in_flight() == 1:
-        jax.block_until_ready(state)
-    return state, {"loss": sum(losses[1:], losses[0]) / calls}
-
-  return whole_step
-
-
 def _merged(descriptions):
   """One description of programs that run one after another per step.
 
@@ -126,7 +107,7 @@ def _compile(run, batch):
   elif hasattr(step, "lower"):
     programs = [step.lower(run.state, batch).compile()]
   else:
-    return optimizer_step(step, run.calls)
+    return dispatch.optimizer_step(step, run.calls)
   run.compile_s = time.perf_counter() - start
   run.compiled = _merged([hlo.describe(p) for p in programs])
   devices = (1 if isinstance(run.placement, OneDevice)
@@ -139,20 +120,14 @@ def _compile(run, batch):
       for k, v in run.compiled["collectives_per_step_executed"].items()}
   if hasattr(step, "lower") and not _takes_host_local(run):
     step = programs[0]
-  return optimizer_step(step, run.calls)
-
-
-def global_devices(n_devices: int) -> int:
-  """All processes' devices, `n_devices` per process."""
-  return n_devices * jax.process_count()
+  return dispatch.optimizer_step(step, run.calls)
 
 
 def _takes_host_local(run) -> bool:
   """Whether the step converts host-local arrays itself (pmap, many
   processes): its ahead-of-time executable takes global arrays instead, so
   the step is called as it is (its own cache holds the compiled program)."""
-  return (jax.process_count() > 1
-          and getattr(run.module, "__name__", "").startswith("legacy_pmap."))
+  return jax.process_count() > 1 and run.module.STEP_TAKES_HOST_LOCAL
 
 
 def _rows(run, host_batch):
@@ -179,17 +154,9 @@ def permuted(host_batch, parts, step, seed=0):
   return {k: v[order] for k, v in host_batch.items()}
 
 
-def _train_metrics(run, metrics):
-  """The step's scalar metrics: `loss`, and `accuracy` where reported."""
-  host = run.module.metrics_to_host(metrics)
-  return {k: float(np.asarray(host[k])) for k in ("loss", "accuracy")
-          if k in host and np.ndim(host[k]) == 0}
-
-
 def _evaluate(strategy, run, config, test_batch):
-  sums = run.module.metrics_to_host(run.evaluate(
+  return run_metrics.test_summary(strategy, run.module, config, run.evaluate(
       run.state, run.module.put_batch(_rows(run, test_batch), run.placement)))
-  return strategy.summarize(sums, config)
 
 
 def _runs(strategy, config, n_devices, control):
@@ -243,7 +210,7 @@ def _step(run, host_batch, i, n_devices):
     # compile at different speeds.
     distributed.barrier(f"first-step-{run.name}")
   run.state, metrics = run.step(run.state, batch)
-  run.since_eval.append(_train_metrics(run, metrics))
+  run.since_eval.append(run_metrics.train_metrics(run.module, metrics))
   run.losses.append(run.since_eval[-1]["loss"])
   run.host = run.module.to_host(run.state)
   if i == 0:
@@ -252,10 +219,8 @@ def _step(run, host_batch, i, n_devices):
 
 
 def _record_history(strategy, run, config, test_batch, step):
-  means = {f"train_{k}": float(np.mean([m[k] for m in run.since_eval]))
-           for k in run.since_eval[0]}
-  run.history.append({"step": step, **means,
-                      **_evaluate(strategy, run, config, test_batch)})
+  run.history.append(run_metrics.history_line(
+      step, run.since_eval, _evaluate(strategy, run, config, test_batch)))
   run.since_eval = []
 
 

@@ -11,7 +11,7 @@ import tempfile
 
 import jax
 
-from compare import handover
+from training import handover
 from workloads import configs
 
 SOURCE = "pmap"

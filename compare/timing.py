@@ -14,7 +14,8 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from compare import distributed
+from launch import distributed
+from training import dispatch
 
 
 @dataclasses.dataclass
@@ -29,24 +30,10 @@ class Timed:
 
 
 
-def max_in_flight() -> int:
-  """Steps that may be queued before waiting for the oldest.
-
-  On XLA:CPU with emulated devices, queueing steps that hold collectives
-  (tens of CNN steps, hundreds of tiny ones) can leave some devices' threads
-  parked at a later step's all-reduce while others still need one for an
-  earlier step: the rendezvous aborts the process after 40 s (measured here,
-  jax 0.10.2, 2 cores, even with --xla_cpu_multi_thread_eigen=false). So CPU
-  steps are waited for one by one, for every backend alike; accelerators
-  keep their dispatch queue.
-  """
-  return 1 if jax.devices()[0].platform == "cpu" else 1_000_000
-
-
 def _run(timed: Timed, steps: int) -> float:
   start = time.perf_counter()
   state = timed.state
-  limit = max_in_flight()
+  limit = dispatch.max_in_flight()
   for i in range(steps):
     state, metrics = timed.step(state, timed.batches[i % len(timed.batches)])
     if (i + 1) % limit == 0:

@@ -6,7 +6,7 @@ leaf's own magnitude keeps one number meaningful for weights (~0.1), momentum
 traces (~gradients) and step counters alike, and stops near-zero entries
 (whose relative error is large and meaningless) from deciding the verdict.
 The numbers and their measured reasons live with each strategy
-(`compare.strategies`); `get` looks them up by strategy name.
+(`compare.strategies`, its `tolerances`).
 """
 
 import dataclasses
@@ -26,8 +26,3 @@ class Tolerance:
   atol: float
   reason: str = ""
 
-
-def get(strategy: str, at: str) -> Tolerance:
-  """The tolerance of `strategy` at `at` ("first_step" or "final")."""
-  from compare import strategies  # pylint: disable=g-import-not-at-top
-  return strategies.get(strategy).tolerances[at]

@@ -5,9 +5,10 @@ exception (or warning) it raises on the pinned stack. `docs/MIGRATION.md`
 quotes the first line of each (`quote`) in its index of error messages,
 rendered from `docs/measured/errors.json`, which
 
-    python docs/build_guide.py --measure errors
+    python -m docs.build_guide --measure errors
 
-rewrites by running this module on 8 emulated CPU devices.
+rewrites by running this module (`python -m docs.errors --json FILE`) on 8
+emulated CPU devices.
 `tests/test_error_messages.py` runs every case again and fails when JAX
 prints something the guide does not quote, so a JAX upgrade that changes a
 message fails CI.
@@ -28,8 +29,7 @@ import warnings
 from collections.abc import Callable
 
 if __name__ == "__main__":
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
-      __file__))))
+  # 8 emulated CPU devices, set before jax is imported.
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_force_host_platform_device_count=8")
 

@@ -9,15 +9,13 @@
   shard_map's body see on jax 0.10 (region `rank`).
 
 `tests/test_traps.py` runs each; `docs/MIGRATION.md` shows the regions.
-Needs 8 devices (`python docs/idioms.py` emulates them on CPU).
+Needs 8 devices (`python -m docs.idioms` emulates them on CPU).
 """
 
 import os
-import sys
 
 if __name__ == "__main__":
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
-      __file__))))
+  # 8 emulated CPU devices, set before jax is imported.
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_force_host_platform_device_count=8")
 

@@ -6,9 +6,9 @@ truth computed another way (`expected`) and the numbers worth reporting
 (`facts`). This file holds the traps that give wrong numbers or refuse to
 run; `docs/traps_compiler.py` those in what the compiler makes of a port.
 `tests/test_traps.py` runs them all; `docs/MIGRATION.md` shows the tagged
-regions. Needs 8 devices: `python docs/traps.py` emulates them on CPU and
-prints what each trap shows; `python docs/traps.py --json FILE` (run by
-`python docs/build_guide.py --measure traps`) records it, with each trap's
+regions. Needs 8 devices: `python -m docs.traps` emulates them on CPU and
+prints what each trap shows; `python -m docs.traps --json FILE` (run by
+`python -m docs.build_guide --measure traps`) records it, with each trap's
 workload, for the guide's figures.
 """
 
@@ -18,10 +18,8 @@ import sys
 import time
 
 if __name__ == "__main__":
-  # As a script: the repo on the path, and 8 emulated CPU devices set before
-  # jax is imported.
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
-      __file__))))
+  # Run as `python -m docs.traps`: 8 emulated CPU devices, set before jax is
+  # imported.
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_force_host_platform_device_count=8")
 

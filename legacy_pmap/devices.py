@@ -8,11 +8,11 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
+from workloads import configs
+
 AXIS = "batch"
-
-
-class DeviceError(ValueError):
-  """More devices asked for than exist."""
+BACKEND = "legacy_pmap"
+STEP_TAKES_HOST_LOCAL = True
 
 
 # region: many-hosts-pmap
@@ -25,7 +25,7 @@ def placement(n_devices: int) -> list[jax.Device]:
   """
   available = jax.local_devices()
   if not 1 <= n_devices <= len(available):
-    raise DeviceError(f"asked for {n_devices} devices, {len(available)} exist")
+    raise configs.DeviceError(f"asked for {n_devices} devices, {len(available)} exist")
   return [device for process in range(jax.process_count())
           for device in jax.local_devices(process)[:n_devices]]
 
@@ -120,28 +120,14 @@ def from_checkpoint(tree, like):
 ENSEMBLE_AXIS = "ensemble"
 
 
-class EnsembleSizeError(ValueError):
-  """An ensemble size that the backend cannot lay out on its devices."""
-
-
 def ensemble_placement(n_devices: int) -> list[jax.Device]:
   """The devices of an ensemble, one member each (pmap names the axis later)."""
   return placement(n_devices)
 
 
-def check_members(members: int, where) -> None:
-  """Raises EnsembleSizeError unless there is one member per device."""
-  if members != len(where):
-    raise EnsembleSizeError(
-        f"the pmap ensemble runs exactly one member per device: asked for "
-        f"{members} members on {len(where)} devices (use --members "
-        f"{len(where)}, or the sharded port, which takes any multiple of the "
-        "device count)")
-
-
 class MemberCheckpoints:
   """An ensemble's state as a checkpoint holds it: every member, the member
-  axis leading, whatever the processes (`compare.checkpoints.Layout`).
+  axis leading, whatever the processes (`training.checkpoints.Layout`).
 
   pmap's per-member state is host-local under many processes (this
   process's members only): saved, it becomes one global array of all the

@@ -17,11 +17,16 @@ make_placement = devices.ensemble_placement
 # put_batch takes the whole global batch, the same in every process: every
 # member trains on all of it.
 PROCESS_LOCAL_BATCH = False
+# The backend's declared differences (training.protocol).
+BACKEND = devices.BACKEND
+STEP_TAKES_HOST_LOCAL = devices.STEP_TAKES_HOST_LOCAL
+CHECKPOINTS = devices.MemberCheckpoints
+MEMBERS_PER_DEVICE = 1
 
 
 def create_state(seed, config, placement):
   """The members' initial train states, each from its own key."""
-  devices.check_members(config.members, placement)
+  ensemble.check_members(config.members, len(placement), MEMBERS_PER_DEVICE)
   # The axis name is unused inside, but it names the mesh of the arrays
   # pmap returns: without it their sharding differs from what the train
   # step returns, and the jitted step compiles a second time on step two.
@@ -48,7 +53,6 @@ def make_train_step(config, placement, variant="pmap"):
   training accuracy (`accuracy`), which is what the classic program reports.
   """
   assert variant in VARIANTS, variant
-  devices.check_members(config.members, placement)
 
   def apply_model(state, batch):
     (loss, logits), grads = jax.value_and_grad(ensemble.loss_fn, has_aux=True)(
@@ -83,13 +87,10 @@ def make_train_step(config, placement, variant="pmap"):
   # The classic program calls the two pmaps one after the other from Python,
   # and so does this step: two executables, two dispatches, the gradients
   # handed from one to the other on the devices. `lower_each` lowers those
-  # two programs. `lowerable` puts both pmaps under one `jit`, one program to
-  # count, lowered, never run: on the shard_map runtime it is the same math
-  # (1 all-reduce, the port's memory), but under the original runtime jit
-  # over pmap is another execution path, which holds every member on every
-  # device (8x the arguments) and 11 all-reduces (jax 0.9.2, 8 devices).
+  # two programs, to count as they run (not under one `jit`: under the
+  # original runtime jit over pmap is another execution path, which holds
+  # every member on every device and 11 all-reduces; jax 0.9.2, 8 devices).
   train_step.lower_each = lower_each
-  train_step.lowerable = jax.jit(train_step, donate_argnums=0)
   return train_step
 # endregion
 

@@ -24,6 +24,9 @@ make_placement = devices.placement
 # Batches, evaluation and metrics are the data-parallel program's own.
 put_batch = data_parallel.put_batch
 PROCESS_LOCAL_BATCH = data_parallel.PROCESS_LOCAL_BATCH
+BACKEND = data_parallel.BACKEND
+STEP_TAKES_HOST_LOCAL = data_parallel.STEP_TAKES_HOST_LOCAL
+CHECKPOINTS = data_parallel.CHECKPOINTS
 make_evaluate = data_parallel.make_evaluate
 metrics_to_host = data_parallel.metrics_to_host
 

@@ -7,11 +7,11 @@ from jax.sharding import AxisType
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from workloads import configs
+
 AXIS = "data"
-
-
-class DeviceError(ValueError):
-  """More devices asked for than exist."""
+BACKEND = "sharded"
+STEP_TAKES_HOST_LOCAL = False
 
 
 # region: many-hosts-port
@@ -29,7 +29,7 @@ def placement(n_devices: int) -> jax.sharding.Mesh:
   """
   available = jax.local_devices()
   if not 1 <= n_devices <= len(available):
-    raise DeviceError(f"asked for {n_devices} devices, {len(available)} exist")
+    raise configs.DeviceError(f"asked for {n_devices} devices, {len(available)} exist")
   devices = [device for process in range(jax.process_count())
              for device in jax.local_devices(process)[:n_devices]]
   return jax.sharding.Mesh(np.array(devices), (AXIS,),
@@ -114,10 +114,6 @@ def from_checkpoint(tree, like):
 ENSEMBLE_AXIS = "ensemble"
 
 
-class EnsembleSizeError(ValueError):
-  """An ensemble size that the backend cannot lay out on its devices."""
-
-
 def ensemble_placement(n_devices: int) -> jax.sharding.Mesh:
   """A 1-D mesh whose `ensemble` axis splits the members over the devices.
 
@@ -128,18 +124,9 @@ def ensemble_placement(n_devices: int) -> jax.sharding.Mesh:
                            axis_types=(AxisType.Auto,))
 
 
-def check_members(members: int, where) -> None:
-  """Raises EnsembleSizeError unless each device holds as many members."""
-  n_devices = where.shape[ENSEMBLE_AXIS]
-  if members < 1 or members % n_devices:
-    raise EnsembleSizeError(
-        f"the sharded ensemble needs a positive multiple of the device count "
-        f"({n_devices}) members, got {members}")
-
-
 class MemberCheckpoints:
   """An ensemble's state as a checkpoint holds it: every member, the member
-  axis leading (`compare.checkpoints.Layout`). The port's state already is
+  axis leading (`training.checkpoints.Layout`). The port's state already is
   one global array of all the members: Orbax writes it cooperatively, each
   process its own rows, and restores it onto the same shardings.
   """

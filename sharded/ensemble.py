@@ -25,9 +25,13 @@ make_placement = devices.ensemble_placement
 # put_batch takes the whole global batch, the same in every process: every
 # member trains on all of it.
 PROCESS_LOCAL_BATCH = False
+# The backend's declared differences (training.protocol).
+BACKEND = devices.BACKEND
+STEP_TAKES_HOST_LOCAL = devices.STEP_TAKES_HOST_LOCAL
+CHECKPOINTS = devices.MemberCheckpoints
+MEMBERS_PER_DEVICE = None
 
 _MEMBERS, _REPLICATED = P(devices.ENSEMBLE_AXIS), P()
-MEMBER_LOOPS = ("sequential", "vmap")
 
 
 def _each_member(fn, members, *shared, vmapped=False):
@@ -76,7 +80,7 @@ def _create_train_state(placement):
 
 def create_state(seed, config, placement):
   """The members' initial train states, each from its own key."""
-  devices.check_members(config.members, placement)
+  ensemble.check_members(config.members, placement.size, MEMBERS_PER_DEVICE)
   create_train_state = _create_train_state(placement)
   return create_train_state(devices.shard_members(
       ensemble.member_keys(seed, config.members), placement),
@@ -97,7 +101,6 @@ def make_train_step(config, placement, variant="shard_map"):
   training accuracy (`accuracy`), which is what the classic program reports.
   """
   assert variant in VARIANTS, variant
-  devices.check_members(config.members, placement)
   vmapped = config.member_loop == "vmap"
 
   def apply_model(state, batch):

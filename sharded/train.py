@@ -3,30 +3,30 @@
   python -m sharded.train --strategy data_parallel --workdir W --steps 200
 
 Its checkpoints are the ones `python -m legacy_pmap.train` writes and reads
-(one layout: `compare.checkpoints`), so a job moves between the backends by
+(one layout: `training.checkpoints`), so a job moves between the backends by
 running the other program on the same workdir. The loop is
-`compare.training`, shared by both; this file only names the backend.
+`training.loop`, shared by both; this file only names the backend.
 """
 
 import sys
 
-from compare import emulation
+from launch import emulation
 
 BACKEND = "sharded"
 
 
 def train_and_evaluate(config, workdir, **options):
-  """Trains `config` in `workdir` with this backend (`compare.training`)."""
-  from compare import training  # pylint: disable=g-import-not-at-top
-  return training.train_and_evaluate(BACKEND, config, workdir, **options)
+  """Trains `config` in `workdir` with this backend (`training.loop`)."""
+  from training import loop  # pylint: disable=g-import-not-at-top
+  return loop.train_and_evaluate(BACKEND, config, workdir, **options)
 
 
 def main(argv=None) -> int:
   """The command line; sets the emulated CPU devices before jax starts."""
   argv = sys.argv[1:] if argv is None else argv
   emulation.set_cpu_device_count(emulation.devices_from_argv(argv))
-  from compare import train_cli  # pylint: disable=g-import-not-at-top
-  return train_cli.main(BACKEND, argv)
+  from training import cli  # pylint: disable=g-import-not-at-top
+  return cli.main(BACKEND, argv)
 
 
 if __name__ == "__main__":

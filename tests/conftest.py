@@ -2,7 +2,7 @@
 
 import os
 
-from compare import emulation
+from launch import emulation
 
 emulation.set_cpu_device_count(8)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")

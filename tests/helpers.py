@@ -2,7 +2,7 @@
 
 Driver: `run` (and `train`, its final host state) builds a backend's
 placement, state and step and drives it over host batches with
-`compare.runner.optimizer_step`, so that a step made of several calls
+`training.dispatch.optimizer_step`, so that a step made of several calls
 (optax.MultiSteps) is one optimiser step here as in `compare`.
 
 Check: `assert_close` / `assert_bitwise` / `verdict` are thin asserts over
@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from compare import equivalence
-from compare import runner
+from training import dispatch
 from compare import tolerances
 from workloads import batches
 from workloads import cnn
@@ -118,14 +118,14 @@ class Trained:
 def drive(module, placement, state, step, host_batches, calls: int = 1,
           keep_states: bool = False) -> Trained:
   """Runs one optimiser step (`calls` calls of `step`) per host batch."""
-  whole_step = runner.optimizer_step(step, calls)
+  whole_step = dispatch.optimizer_step(step, calls)
   states = [module.to_host(state)] if keep_states else []
   metrics = []
   for host_batch in host_batches:
     state, step_metrics = whole_step(state,
                                      module.put_batch(host_batch, placement))
     # Queued collective steps can deadlock XLA:CPU's emulated devices
-    # (compare.timing.max_in_flight): wait for each step.
+    # (training.dispatch.max_in_flight): wait for each step.
     jax.block_until_ready(state)
     metrics.append(module.metrics_to_host(step_metrics))
     if keep_states:

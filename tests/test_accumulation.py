@@ -17,7 +17,7 @@ import pytest
 
 from compare import hlo
 from compare import strategies
-from compare.strategies import accumulation
+from training.programs import accumulation
 from tests import helpers
 from workloads import batches
 from workloads import configs

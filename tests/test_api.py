@@ -6,11 +6,12 @@ import pathlib
 
 import pytest
 
-from compare import protocol
+from training import protocol
 from compare import strategies
 from legacy_pmap import devices as legacy_devices
 from sharded import devices as port_devices
 from workloads import batches
+from workloads import configs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROGRAMS = sorted({spec.program for spec in strategies.STRATEGIES.values()})
@@ -18,8 +19,7 @@ PROGRAMS = sorted({spec.program for spec in strategies.STRATEGIES.values()})
 # ones too), by import name.
 RUN_MODULES = sorted({run.module.__name__ for spec in
                       strategies.STRATEGIES.values() for run in spec.runs})
-API = [name for name in vars(protocol.StrategyModule)
-       if not name.startswith("_")]
+API = protocol.API
 
 
 def _public_functions(module):
@@ -49,7 +49,7 @@ def test_module_satisfies_the_protocol(name):
   module = importlib.import_module(name)
   for attribute in API:
     assert hasattr(module, attribute), f"{name} lacks {attribute}"
-    if attribute == "VARIANTS":
+    if attribute in protocol.StrategyModule.__annotations__:
       continue
     expected = inspect.signature(getattr(protocol.StrategyModule, attribute))
     params = [p for p in expected.parameters if p != "self"]
@@ -75,6 +75,6 @@ def test_devices_modules_match():
 
 def test_input_errors_are_value_errors():
   # What the CLIs turn into one line on stderr and exit 2.
-  for error in (legacy_devices.EnsembleSizeError,
-                port_devices.EnsembleSizeError, batches.MicrobatchError):
+  for error in (configs.EnsembleSizeError, configs.DeviceError,
+                batches.MicrobatchError):
     assert issubclass(error, ValueError), error

@@ -3,7 +3,7 @@
 Every wrong idiom of `docs/errors.py` runs here on 8 emulated devices; the
 first line of what it raises must appear, verbatim, in docs/MIGRATION.md's
 index, with a link to its fix. A JAX upgrade that changes a message fails
-this test: re-record with `python docs/build_guide.py --measure errors`.
+this test: re-record with `python -m docs.build_guide --measure errors`.
 """
 
 import os
@@ -29,7 +29,7 @@ def test_the_guide_quotes_what_jax_prints(case):
   message = errors.quote(errors._raised(case.run))  # pylint: disable=protected-access
   assert tables.quoted(message) in GUIDE, (
       f"JAX now prints {message!r} for {case.idiom}; the guide does not "
-      "quote it: run `python docs/build_guide.py --measure errors`")
+      "quote it: run `python -m docs.build_guide --measure errors`")
 
 
 @pytest.mark.parametrize("case", errors.CASES, ids=lambda c: c.id)

@@ -19,11 +19,12 @@ from jax import lax
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from bench import measure as measuring
 from compare import hlo
 from compare import show_diff
 from docs import build_guide as guide
 from docs.guide import figures
-from docs.guide import measure as measuring
+from docs.guide import references
 from docs.guide import tables
 from docs.guide.sources import source
 
@@ -32,8 +33,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # What the guide reads: the project's packages, its docs, tests and
 # constraints; never virtual environments, data or build outputs.
-_COPIED = ("legacy_pmap", "sharded", "compare", "workloads", "docs", "tests",
-           "constraints", ".ci")
+_COPIED = ("legacy_pmap", "sharded", "compare", "launch", "training",
+           "workloads", "docs", "bench", "tests", "constraints", ".ci")
 
 
 @pytest.fixture(name="copy")
@@ -57,7 +58,7 @@ def _edit(path, old, new):
 @pytest.mark.jax010  # it says which jax 0.10 names are gone
 def test_guide_is_up_to_date_with_the_code():
   assert guide.check(ROOT) == [], (
-      "run `python docs/build_guide.py` and commit docs/MIGRATION.md")
+      "run `python -m docs.build_guide` and commit docs/MIGRATION.md")
 
 
 def test_every_region_the_template_names_exists():
@@ -136,6 +137,7 @@ def test_drift_check_fails_on_an_unbalanced_region(copy):
     ("Use `jax.no_such_function`.", "exists"),
     ("~~`jax.jit`~~ is gone.", "is gone"),
     ("Open `sharded/no_such_file.py`.", "no path"),
+    ("Run `python -m bench.no_such_runner --json F`.", "no module"),
     ("<!-- code: sharded/data_parallel.py#no-such-tag -->", "no-such-tag"),
     ("The loop is 6× slower.", "typed by hand"),
     ("It differs by 4e-7 at most.", "typed by hand"),
@@ -342,11 +344,11 @@ def test_prove_port_example_catches_the_gradient_trap():
 def test_measure_dates_each_file_and_names_its_command(copy, monkeypatch):
   calls = []
 
-  def fake_run(cmd, cwd, env):
+  def fake_run(cmd, cwd):
     out = pathlib.Path(cmd[cmd.index("--json") + 1])
     out.write_text('{"strategy": "data_parallel", "verdict": "pass"}')
     calls.append(cmd)
-    assert cwd == copy and str(copy) in env["PYTHONPATH"]
+    assert cwd == copy  # `python -m` from the root runs the root's modules
     return 0
 
   monkeypatch.setattr(measuring.subprocess, "call", fake_run)
@@ -355,11 +357,18 @@ def test_measure_dates_each_file_and_names_its_command(copy, monkeypatch):
   written = json.loads((copy / guide.MEASURED / "data_parallel.json")
                        .read_text())
   assert written["date"].startswith("20") and written["verdict"] == "pass"
-  assert written["command"] == ("python docs/build_guide.py --measure "
+  assert written["command"] == ("python -m docs.build_guide --measure "
                                 "data_parallel")
   assert "load_average" in written
   assert guide.measure("traps", copy) == 0
-  assert calls[-1][1] == "docs/traps.py"
+  assert calls[-1][1:3] == ["-m", "docs.traps"]
+
+
+def test_every_measurement_runs_a_module_of_the_checkout():
+  for target in measuring.targets(tables.strategies()):
+    argv = measuring.command(target, "OUT")
+    assert argv[1] == "-m" and argv[-2:] == ["--json", "OUT"], argv
+    assert references.module_exists(ROOT, argv[2]), (target, argv[2])
 
 
 def test_measure_rejects_an_unknown_target(capsys):

@@ -32,7 +32,7 @@ def test_a_new_strategy_appears_everywhere(registered, tmp_path):
                  if a.dest == "strategy")
   assert "linreg_tutorial" in choices
   assert "data_parallel" in show_diff.programs()
-  assert tolerances.get("linreg_tutorial", "final").reason == "test"
+  assert strategies.get("linreg_tutorial").tolerances["final"].reason == "test"
   code = cli.main(["--strategy", "linreg_tutorial", "--steps", "3",
                    "--windows", "1", "--json", str(tmp_path / "r.json")])
   assert code == 0

@@ -23,9 +23,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from compare import checkpoints
-from compare import handover
-from compare import runner
+from training import checkpoints
+from training import handover
+from training import dispatch
 from compare import strategies
 from compare.reference import data_parallel as reference
 from legacy_pmap import data_parallel as legacy_dp
@@ -116,7 +116,7 @@ def _nudged_continuation(backend, strategy, source, data):
                                      strategy=strategy)
   state = state.replace(params=jax.tree.map(lambda x: x * (1 + 1e-6),
                                             state.params))
-  step = runner.optimizer_step(
+  step = dispatch.optimizer_step(
       module.make_train_step(config, placement, module.VARIANTS[0]),
       chosen.calls_per_step(config, module.VARIANTS[0]))
   for batch in list(batches.train_batches(data, config.seed, 64, 4))[2:]:
@@ -184,9 +184,11 @@ def test_data_parallel_on_fewer_devices_follows_their_normalisation(
   config = _config("data_parallel", digits)
   mesh = sharded_dp.make_placement(4)
   start, _ = handover.resume_into(sharded_dp, mesh, config,
-                                     workdir / "checkpoints", step=2)
+                                     workdir / "checkpoints", step=2,
+                                  strategy="data_parallel")
   end, _ = handover.resume_into(sharded_dp, mesh, config,
-                                   workdir / "checkpoints", step=4)
+                                   workdir / "checkpoints", step=4,
+                                strategy="data_parallel")
   one = reference.make_placement(4)
   state = reference.create_state(config.seed, config, one)
   host = sharded_dp.to_host(start)
@@ -199,7 +201,8 @@ def test_data_parallel_on_fewer_devices_follows_their_normalisation(
   for got, want in zip(ends, jax.tree.leaves(reference.to_host(state))):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
   eight, _ = handover.resume_into(sharded_dp, mesh, config,
-                                     full / "checkpoints", step=4)
+                                     full / "checkpoints", step=4,
+                                  strategy="data_parallel")
   assert max(np.abs(a - b).max() for a, b in zip(
       ends, jax.tree.leaves(sharded_dp.to_host(eight)))) > 1e-3
 
@@ -355,9 +358,9 @@ def test_bad_input_and_unwritable_workdir_exit_2(tmp_path, capsys,
     assert legacy_train.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("train: error: ") and len(err.splitlines()) == 1
-  from compare import training  # pylint: disable=g-import-not-at-top
+  from training import workdir  # pylint: disable=g-import-not-at-top
   full_disk = shutil.disk_usage(tmp_path)._replace(free=1000)
-  monkeypatch.setattr(training.shutil, "disk_usage", lambda _: full_disk)
+  monkeypatch.setattr(workdir.shutil, "disk_usage", lambda _: full_disk)
   assert legacy_train.main(_argv("data_parallel", tmp_path / "full")) == 2
   assert "MiB free" in capsys.readouterr().err
   assert not (tmp_path / "full" / "checkpoints").exists() or not any(

@@ -3,7 +3,7 @@
 The guide (docs/MIGRATION.md) shows these examples (docs/traps.py,
 docs/traps_compiler.py, docs/idioms.py); these tests are why its claims can
 be trusted on the pinned jax. No timing is asserted: the slowdowns are
-recorded by `python docs/build_guide.py --measure traps`, the structure
+recorded by `python -m docs.build_guide --measure traps`, the structure
 behind them is checked.
 """
 

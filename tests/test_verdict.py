@@ -3,7 +3,7 @@ are reproducible, and every strategy runs from the command line.
 
 Runs are short (a few steps, small batches, one timing window) so that the
 whole file stays within CI's budget; the long-run results (300 and 1000
-steps) are in docs/measured/verdicts.json (docs/verdict_runs.py).
+steps) are in docs/measured/verdicts.json (bench/verdict_runs.py).
 """
 
 import json
@@ -222,7 +222,7 @@ def test_bad_sweep_exits_2(value, capsys):
 
 
 def test_switch_at_catches_a_wrong_restore(tmp_path, monkeypatch):
-  from compare import handover  # pylint: disable=g-import-not-at-top
+  from training import handover  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   resume_into = handover.resume_into
 

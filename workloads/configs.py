@@ -7,6 +7,19 @@ class ConfigError(ValueError):
   """A configuration value that no program accepts."""
 
 
+class DeviceError(ConfigError):
+  """More devices asked for than exist."""
+
+
+class EnsembleSizeError(ConfigError):
+  """An ensemble size that a backend cannot lay out on its devices."""
+
+
+# How the sharded port may run several members on one device
+# (`EnsembleConfig.member_loop`).
+MEMBER_LOOPS = ("sequential", "vmap")
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
   """What every strategy needs to train one program.

@@ -10,8 +10,32 @@ import jax.numpy as jnp
 import optax
 
 from workloads import cnn
+from workloads import configs
 
 _CNN = cnn.CNN()
+
+
+def check_members(members: int, n_devices: int,
+                  per_device: int | None = None) -> None:
+  """Raises EnsembleSizeError unless `members` lay out on `n_devices`.
+
+  Args:
+    members: the ensemble size.
+    n_devices: the devices the members spread over.
+    per_device: the members each device takes where the backend fixes it
+      (pmap maps one per device); None for any positive multiple.
+  """
+  if per_device is not None and members != per_device * n_devices:
+    each = "one member" if per_device == 1 else f"{per_device} members"
+    raise configs.EnsembleSizeError(
+        f"the pmap ensemble runs exactly {each} per device: "
+        f"asked for {members} members on {n_devices} devices (use --members "
+        f"{per_device * n_devices}, or the sharded port, which takes any "
+        "multiple of the device count)")
+  if members < 1 or members % n_devices:
+    raise configs.EnsembleSizeError(
+        f"the sharded ensemble needs a positive multiple of the device count "
+        f"({n_devices}) members, got {members}")
 
 
 def member_keys(seed: int, members: int) -> jax.Array:

@@ -12,6 +12,9 @@ from compare.reference import data_parallel
 
 VARIANTS = ("reference",)
 PROCESS_LOCAL_BATCH = False
+BACKEND = data_parallel.BACKEND
+STEP_TAKES_HOST_LOCAL = data_parallel.STEP_TAKES_HOST_LOCAL
+CHECKPOINTS = data_parallel.CHECKPOINTS
 make_placement = data_parallel.make_placement
 create_state = data_parallel.create_state
 put_batch = data_parallel.put_batch

@@ -9,6 +9,10 @@ VARIANTS = ("reference",)
 # put_batch takes the whole global batch; with many processes every process
 # runs the reference alike on its own first device.
 PROCESS_LOCAL_BATCH = False
+# Declared as the backends' (training.protocol): one device, never saved.
+BACKEND = "reference"
+STEP_TAKES_HOST_LOCAL = False
+CHECKPOINTS = None
 
 
 def make_placement(n_devices):

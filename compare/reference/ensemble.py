@@ -18,6 +18,11 @@ from workloads import ensemble
 VARIANTS = ("reference",)
 # put_batch takes the whole global batch, in every process alike.
 PROCESS_LOCAL_BATCH = False
+# Declared as the backends' (training.protocol): one device, never saved.
+BACKEND = "reference"
+STEP_TAKES_HOST_LOCAL = False
+CHECKPOINTS = None
+MEMBERS_PER_DEVICE = None
 
 
 def make_placement(n_devices):

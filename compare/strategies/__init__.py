@@ -8,9 +8,8 @@ registered below (or with `register` from elsewhere).
 
 from compare.strategies.accumulation import Accumulation
 from compare.strategies.base import NegativeControl
-from compare.strategies.base import Run
+from compare.strategies.base import RunSpec
 from compare.strategies.base import Strategy
-from compare.strategies.base import summarize_sums
 from compare.strategies.data_parallel import DataParallel
 from compare.strategies.ensemble import Ensemble
 from workloads import configs
@@ -39,5 +38,5 @@ def get(name: str) -> Strategy:
 for _strategy in (DataParallel(), Ensemble(), Accumulation()):
   register(_strategy)
 
-__all__ = ["STRATEGIES", "NegativeControl", "Run", "Strategy",
-           "StrategyError", "get", "register", "summarize_sums"]
+__all__ = ["STRATEGIES", "NegativeControl", "RunSpec", "Strategy",
+           "StrategyError", "get", "register"]

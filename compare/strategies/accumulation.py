@@ -6,12 +6,8 @@ each accumulation port must equal its data-parallel twin bitwise, and with
 K > 1 their memory is the full-batch baseline on the same devices.
 """
 
-import dataclasses
-
-import jax
-
 from compare.reference import accumulation as reference
-from compare.strategies.base import Run
+from compare.strategies.base import RunSpec
 from compare.strategies.base import Strategy
 from compare.strategies.data_parallel import COMMON_CONTROLS
 from compare.strategies.data_parallel import FINAL
@@ -20,42 +16,19 @@ from legacy_pmap import accumulation as legacy
 from legacy_pmap import data_parallel as legacy_dp
 from sharded import accumulation as port
 from sharded import data_parallel as port_dp
-from workloads import batches
-from workloads import configs
-from workloads import microbatches
-
-# What `auto` picks, from the measurements in docs/accumulation-notes.md.
-# XLA:CPU runs the conv backward inside a rolled loop (scan, fori) on a slow
-# path, 3-6x slower than unrolled code, so CPU unrolls; it then schedules the
-# K microbatches side by side, which saves little memory: pass `scan` where
-# memory is the point. Accelerators keep the rolled scan, the classic advice
-# (not measured here): one copy of the step in the program whatever K, and
-# one microbatch's activations live at a time.
-AUTO = {"cpu": "scan_unroll", "gpu": "scan", "tpu": "scan"}
+from training.programs import AccumulationProgram
+from training.programs.accumulation import ACCUMULATING_RUNS
 
 
-def resolve_loop(loop: str, platform: str) -> str:
-  """`loop`, with `auto` replaced by the choice for `platform`."""
-  if loop == "auto":
-    return AUTO.get(platform, "scan")
-  microbatches.check_loop(loop)
-  return loop
-
-
-class Accumulation(Strategy):
+class Accumulation(AccumulationProgram, Strategy):
   """Data-parallel training with K microbatches accumulated per step."""
 
-  name = "accumulation"
-  program = "accumulation"
-  config_class = configs.AccumulationConfig
-  workloads = ("cnn", "linear512", "linreg")
-  defaults = {"steps": 200, "global_batch": 128, "learning_rate": 0.004}
-  runs = (Run("pmap", legacy, "pmap"),
-          Run("shard_map", port, "shard_map"),
-          Run("jit", port, "jit"),
-          Run("dp_pmap", legacy_dp, "pmap"),
-          Run("dp_shard_map", port_dp, "shard_map"),
-          Run("reference", reference, "reference"))
+  runs = (RunSpec("pmap", legacy, "pmap"),
+          RunSpec("shard_map", port, "shard_map"),
+          RunSpec("jit", port, "jit"),
+          RunSpec("dp_pmap", legacy_dp, "pmap"),
+          RunSpec("dp_shard_map", port_dp, "shard_map"),
+          RunSpec("reference", reference, "reference"))
   pairs = (("pmap", "shard_map"), ("pmap", "reference"),
            ("shard_map", "reference"), ("jit", "reference"),
            ("pmap", "dp_pmap"), ("shard_map", "dp_shard_map"))
@@ -71,30 +44,6 @@ class Accumulation(Strategy):
   }
   negative_controls = COMMON_CONTROLS
 
-  def make_config(self, options, data):
-    """The config, with `auto` resolved to this platform's loop."""
-    config = super().make_config(options, data)
-    loop = resolve_loop(config.accum_loop, jax.devices()[0].platform)
-    return dataclasses.replace(config, accum_loop=loop)
-
-  def check_layout(self, config, n_devices, n_processes):
-    """The batch must split into devices x K microbatches; multisteps needs
-    an optax optimiser."""
-    super().check_layout(config, n_devices, n_processes)
-    batches.microbatch_size(config.global_batch, n_devices * n_processes,
-                            config.accum_steps)
-    microbatches.check_loop(config.accum_loop)
-    microbatches.check_workload(config)
-
-  def calls_per_step(self, config, run=None):
-    """Under multisteps an optimiser step is K calls, one microbatch each.
-
-    The reference and the plain data-parallel runs take whole steps.
-    """
-    if run not in (None, "pmap", "shard_map", "jit"):
-      return 1
-    return microbatches.calls_per_step(config)
-
   def report_fields(self, config):
     """K, the loop, and the calls that make one optimiser step."""
     return {"accum_steps": config.accum_steps,
@@ -103,7 +52,7 @@ class Accumulation(Strategy):
 
   def run_fields(self, config, name):
     """Each run's microbatch loop; None for the runs that do not accumulate."""
-    accumulates = name in ("pmap", "shard_map", "jit")
+    accumulates = name in ACCUMULATING_RUNS
     return {"accum_loop": config.accum_loop if accumulates else None}
 
   def report_lines(self, report):

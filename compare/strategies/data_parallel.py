@@ -3,11 +3,12 @@
 from compare import negative_controls as controls
 from compare.reference import data_parallel as reference
 from compare.strategies.base import NegativeControl
-from compare.strategies.base import Run
+from compare.strategies.base import RunSpec
 from compare.strategies.base import Strategy
 from compare.tolerances import Tolerance
 from legacy_pmap import data_parallel as legacy
 from sharded import data_parallel as port
+from training.programs import DataParallelProgram
 
 FIRST_STEP = Tolerance(rtol=1e-5, atol=1e-5, reason=(
     "After one step the runs differ only in summation order: 8 sums of 32 "
@@ -32,19 +33,13 @@ COMMON_CONTROLS = (
 )
 
 
-class DataParallel(Strategy):
+class DataParallel(DataParallelProgram, Strategy):
   """The classic data-parallel program: replicated state, split batch."""
 
-  name = "data_parallel"
-  program = "data_parallel"
-  # Defaults that train: 95%+ test accuracy on digits in well under 90 s
-  # (docs/measured/data_parallel.json). The loss is the classic one (summed per
-  # device, averaged over devices), SGD with momentum.
-  defaults = {"steps": 200, "global_batch": 128, "learning_rate": 0.004}
-  runs = (Run("pmap", legacy, "pmap"),
-          Run("shard_map", port, "shard_map"),
-          Run("jit", port, "jit"),
-          Run("reference", reference, "reference"))
+  runs = (RunSpec("pmap", legacy, "pmap"),
+          RunSpec("shard_map", port, "shard_map"),
+          RunSpec("jit", port, "jit"),
+          RunSpec("reference", reference, "reference"))
   pairs = (("pmap", "shard_map"), ("pmap", "reference"),
            ("shard_map", "reference"), ("jit", "reference"))
   tolerances = {"first_step": FIRST_STEP, "final": FINAL}

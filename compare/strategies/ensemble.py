@@ -5,37 +5,26 @@ several members per device (`--members 16` on 8 devices) the port is checked
 against the reference alone.
 """
 
-import dataclasses
-
-import numpy as np
-
 from compare import negative_controls as controls
 from compare import plots
 from compare.reference import ensemble as reference
 from compare.strategies.base import NegativeControl
-from compare.strategies.base import Run
+from compare.strategies.base import RunSpec
 from compare.strategies.base import Strategy
 from compare.tolerances import Tolerance
 from legacy_pmap import ensemble as legacy
 from sharded import ensemble as port
-from workloads import configs
+from training.programs import EnsembleProgram
 
 
-class Ensemble(Strategy):
+class Ensemble(EnsembleProgram, Strategy):
   """The HOWTO's ensemble: one CNN per member, the same batch for all."""
 
-  name = "ensemble"
-  program = "ensemble"
-  config_class = configs.EnsembleConfig
-  workloads = ("cnn",)
-  # Seven epochs of the HOWTO's optimiser: the ensemble reaches 94.3% on
-  # digits, above its best member (94.0%), measured with the reference.
-  defaults = {"epochs": 7}
   loss_convention = ("each member's mean cross entropy over the batch, "
                      "averaged over members; test loss likewise")
-  runs = (Run("pmap", legacy, "pmap"),
-          Run("shard_map", port, "shard_map"),
-          Run("reference", reference, "reference"))
+  runs = (RunSpec("pmap", legacy, "pmap"),
+          RunSpec("shard_map", port, "shard_map"),
+          RunSpec("reference", reference, "reference"))
   pairs = (("pmap", "shard_map"), ("pmap", "reference"),
            ("shard_map", "reference"))
   tolerances = {
@@ -59,60 +48,17 @@ class Ensemble(Strategy):
                       controls.learning_rate_1pct),
   )
 
-  def make_config(self, options, data):
-    """The config; `--epochs` sets the steps unless `--steps` is given."""
-    config = super().make_config(options, data)
-    if "steps" not in options:
-      per_epoch = max(1, len(data.train_inputs) // config.global_batch)
-      config = dataclasses.replace(config, steps=config.epochs * per_epoch)
-    return config
-
-  def check_layout(self, config, n_devices, n_processes):
-    """Members must be a multiple of the devices; the loop must exist."""
-    # Members spread over every process's devices (each process loads the
-    # whole batch).
-    parts = n_devices * n_processes
-    if config.members < 1 or config.members % parts:
-      raise port.devices.EnsembleSizeError(
-          f"the sharded ensemble needs a positive multiple of the device "
-          f"count ({parts}) members, got {config.members}")
-    if config.member_loop not in port.MEMBER_LOOPS:
-      raise configs.ConfigError(
-          f"unknown --member-loop {config.member_loop!r}; choose one of "
-          f"{', '.join(port.MEMBER_LOOPS)}")
-
   def active_runs(self, config, n_devices):
-    """pmap only with one member per device; the port and reference always."""
-    if config.members == n_devices:
-      return ("pmap", "shard_map", "reference")
-    return ("shard_map", "reference")
+    """The runs whose backend takes this many members per device (pmap:
+    one); the port and the reference always."""
+    return tuple(run.name for run in self.runs
+                 if run.module.MEMBERS_PER_DEVICE is None
+                 or run.module.MEMBERS_PER_DEVICE * n_devices == config.members)
 
   def why_skipped(self, config, n_devices):
     return (f"pmap runs exactly one member per device ({config.members} "
             f"members on {n_devices} devices); the port runs "
             f"{config.members // n_devices} per device")
-
-  def eval_every(self, config, n_train):
-    """After every epoch, as the classic program logs."""
-    return max(1, n_train // config.global_batch)
-
-  def summarize(self, sums, config):
-    """The ensemble's test accuracy beside every member's.
-
-    `test_loss` is the members' mean test loss (the classic program logs
-    member 0's); `test_accuracy` is the ensemble's, as the classic program
-    reports it.
-    """
-    del config
-    count = float(sums["count"])
-    members = np.asarray(sums["member_correct"], np.float64) / count
-    ensemble_accuracy = float(sums["ensemble_correct"]) / count
-    return {"test_loss": float(np.mean(sums["member_loss_sum"])) / count,
-            "test_accuracy": ensemble_accuracy,
-            "ensemble_accuracy": ensemble_accuracy,
-            "member_accuracy": [round(float(a), 6) for a in members],
-            "mean_member_accuracy": float(members.mean()),
-            "best_member_accuracy": float(members.max())}
 
   def report_fields(self, config):
     return {"members": config.members, "epochs": config.epochs,

@@ -1,10 +1,13 @@
-"""The guide's builder, by concern (`docs/build_guide.py` is its command line).
+"""The guide's builder, by concern (`python -m docs.build_guide` runs it).
 
 - `sources`: tagged regions, definitions and diffs pulled from the code.
 - `references`: every name, path, link and anchor the guide mentions, checked.
 - `figures`: the measurement files and the `{{...}}` figures drawn from them.
 - `tables`: the tables rendered from the registry and the measurements.
-- `measure`: `--measure TARGET`, which regenerates a measurement file.
+
+`--measure TARGET`, which regenerates a measurement file, is
+`bench.measure`: measuring is bench's concern, the guide only reads the
+files.
 """
 
 import pathlib

@@ -211,7 +211,7 @@ def render(root, text, used=None, found=None):
     if name not in found:
       raise GuideError(f"{TEMPLATE}: figure {{{{{path}}}}}: no measurement "
                        f"{MEASURED}/{name}.json (run `python "
-                       f"docs/build_guide.py --measure {name}`)")
+                       f"-m docs.build_guide --measure {name}`)")
     source = found[name]
     try:
       value, group = source.lookup(rest), source.group(rest)
@@ -244,7 +244,7 @@ def sources_list(root, used, found=None):
   for name, group in used:
     source = found[name]
     data = source.data
-    command = data.get("command", f"python docs/build_guide.py --measure "
+    command = data.get("command", f"python -m docs.build_guide --measure "
                                   f"{name}")
     lines.append(
         f"- <a id=\"{anchor(name, group)}\"></a>**{source.label(group)}**: "

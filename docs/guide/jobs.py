@@ -1,10 +1,10 @@
 """Tables of the jobs teams migrate: many processes, and a job moved.
 
 - `<!-- table: many-hosts -->`: 2 processes x 4 devices against 1 x 8, per
-  run (docs/measured/many_hosts.json, `docs/many_hosts_runs.py`).
+  run (docs/measured/many_hosts.json, `bench/many_hosts_runs.py`).
 - `<!-- table: handover -->`: each strategy's final state digest alone and
   across a move between the backends (docs/measured/handover.json,
-  `docs/handover_runs.py`).
+  `bench/handover_runs.py`).
 - `<!-- table: checkpoint-cost -->`: what a save and a restore cost there.
 """
 
@@ -22,7 +22,7 @@ def load(root, name):
   file = root / MEASURED / f"{name}.json"
   if not file.is_file():
     raise GuideError(f"no {MEASURED}/{name}.json: run `python "
-                     f"docs/build_guide.py --measure {name}`")
+                     f"-m docs.build_guide --measure {name}`")
   return json.loads(file.read_text())
 
 

@@ -4,7 +4,8 @@ Outside fenced blocks, `[[pkg.module.name]]` becomes a link to its file, and
 every inline-code reference is checked: project names (`sharded.devices.
 placement`) must be defined in the source, library names (`jax.shard_map`)
 must import, names struck through (~~`jax.tree_map`~~) must NOT exist (the
-guide says they are gone), and paths (`sharded/devices.py`) must exist.
+guide says they are gone), paths (`sharded/devices.py`) must exist, and so
+must the project modules commands run (`python -m bench.dispatch`).
 In the built guide every `(#anchor)` link must land on an anchor.
 """
 
@@ -16,7 +17,8 @@ from docs.guide import TEMPLATE
 from docs.guide import GuideError
 from docs.guide.sources import defines
 
-PROJECT = ("legacy_pmap", "sharded", "compare", "workloads", "docs")
+PROJECT = ("workloads", "launch", "training", "legacy_pmap", "sharded", "compare",
+           "bench", "docs")
 PATH_ROOTS = (*PROJECT, "tests", ".ci", "constraints")
 LIBRARIES = {"jax": "jax", "lax": "jax.lax", "jnp": "jax.numpy",
              "flax": "flax", "jax_utils": "flax.jax_utils", "optax": "optax",
@@ -26,6 +28,7 @@ LINK = re.compile(r"\[\[([\w.]+)\]\]")
 _SPAN = re.compile(r"(~~)?`([^`\n]+)`(~~)?")
 _NAME = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _PATH = re.compile(r"^[\w.-]+(?:/[\w.-]+)+/?$")
+_COMMAND = re.compile(r"^python -m ([A-Za-z_][\w.]*)")
 _MDLINK = re.compile(r"\]\((?!https?:|#|mailto:)([^)#\s]+)(?:#[^)]*)?\)")
 _ANCHOR_LINK = re.compile(r"\]\(#([\w-]+)\)")
 _ANCHOR = re.compile(r"<a id=\"([\w-]+)\"></a>")
@@ -51,6 +54,12 @@ def project_file(root, dotted):
       body = node.body if isinstance(node, ast.ClassDef) else []
     return file
   return None
+
+
+def module_exists(root, dotted):
+  """Whether `python -m dotted`, run from `root`, finds a module to run."""
+  base = root.joinpath(*dotted.split("."))
+  return base.with_suffix(".py").is_file() or (base / "__main__.py").is_file()
 
 
 def library_exists(dotted):
@@ -90,8 +99,11 @@ def check_references(root, text):
       if not (root / "docs" / target).resolve().exists():
         problems.append(f"line {number}: link to missing {target}")
     for struck, span, _ in _SPAN.findall(line):
-      name = _NAME.match(span)
-      if (_PATH.match(span) and span.split("/")[0] in PATH_ROOTS
+      name, command = _NAME.match(span), _COMMAND.match(span)
+      if (command and command.group(1).split(".")[0] in PROJECT
+          and not module_exists(root, command.group(1))):
+        problems.append(f"line {number}: no module {command.group(1)} to run")
+      elif (_PATH.match(span) and span.split("/")[0] in PATH_ROOTS
           and not (root / span).exists()):
         problems.append(f"line {number}: no path {span}")
       elif name and name.group(0).split(".")[0] in PROJECT:

@@ -2,10 +2,10 @@
 
 - `<!-- table: sweep -->`: every strategy's `--sweep-devices 1,2,4,8`, with
   its curves (docs/measured/sweep.json and sweep_STRATEGY.png,
-  `docs/sweep_runs.py`).
+  `bench/sweep_runs.py`).
 - `<!-- table: ensemble-runs -->`: the ensemble's shard_map/pmap ratio over
   repeated default runs (docs/measured/ensemble_runs.json,
-  `docs/ensemble_runs.py`).
+  `bench/ensemble_runs.py`).
 """
 
 from docs.guide.jobs import load

@@ -116,7 +116,7 @@ def report_block(name, report):
   except (KeyError, TypeError, ValueError) as err:
     return (f"**{name}**: [`{MEASURED}/{name}.json`](measured/{name}.json) is "
             f"in a format this compare does not render ({type(err).__name__}"
-            f": {err}): re-measure with `python docs/build_guide.py "
+            f": {err}): re-measure with `python -m docs.build_guide "
             f"--measure {name}`.")
   out = [f"<a id=\"measured-{name}\"></a>**{name}**: {head}; measured "
          f"{str(report.get('date', 'date not recorded'))[:10]}"
@@ -141,7 +141,7 @@ def measured_table(root, registry=None):
       blocks.append(report_block(name, json.loads(file.read_text())))
   if not blocks:
     return ("*No measurements yet.* Generate them with `python "
-            "docs/build_guide.py " + " ".join(f"--measure {n}" for n in
+            "-m docs.build_guide " + " ".join(f"--measure {n}" for n in
                                               registry) +
             "`, which runs `python -m compare --strategy STRATEGY --devices 8 "
             f"--json {MEASURED}/STRATEGY.json` for each and rebuilds this "
@@ -155,18 +155,18 @@ def errors_table(root):
   file = root / MEASURED / "errors.json"
   if not file.is_file():
     raise GuideError(f"no {MEASURED}/errors.json: run `python "
-                     "docs/build_guide.py --measure errors`")
+                     "-m docs.build_guide --measure errors`")
   record = json.loads(file.read_text())
   rows = []
   for case in errors.CASES:
     if case.id not in record["messages"]:
       raise GuideError(f"{MEASURED}/errors.json has no message for "
-                       f"{case.id}: run `python docs/build_guide.py --measure "
+                       f"{case.id}: run `python -m docs.build_guide --measure "
                        "errors`")
     rows.append([f"<a id=\"err-{case.id}\"></a>{case.idiom}",
                  quoted(record["messages"][case.id]), f"[fix]({case.fix})"])
   return (f"What jax {record['jax_version']} prints, first line, recorded by "
-          f"`python docs/build_guide.py --measure errors` "
+          f"`python -m docs.build_guide --measure errors` "
           f"([`{MEASURED}/errors.json`](measured/errors.json)):\n\n"
           + markdown_table(["what you wrote", "what JAX prints", "fix"],
                            rows, ["l", "l", "l"]))
@@ -182,7 +182,7 @@ def dispatch_table(root):
   file = root / MEASURED / "dispatch.json"
   if not file.is_file():
     raise GuideError(f"no {MEASURED}/dispatch.json: run `python "
-                     "docs/build_guide.py --measure dispatch`")
+                     "-m docs.build_guide --measure dispatch`")
   source = DispatchSource("dispatch", json.loads(file.read_text()))
   values, rows = source.values(), []
   for size, entry in source.data["sizes"].items():

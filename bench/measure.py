@@ -1,0 +1,77 @@
+"""`--measure TARGET`: regenerate one file under docs/measured/.
+
+`python -m docs.build_guide --measure TARGET` calls `measure`. Targets:
+every strategy in the registry (`python -m compare --strategy S --devices 8
+--json docs/measured/S.json`), `traps` (`python -m docs.traps`), `dispatch`
+(`python -m bench.dispatch`), `errors` (`python -m docs.errors`), the long
+runs behind the verdict, the handover of a running job, 2 processes against
+1, the device sweeps and the repeated ensemble runs (`python -m
+bench.NAME_runs`), and `all`.
+Every file gets the date (UTC) and the command that made it, so the guide
+says when and how each figure was measured; the guide's figures name the
+file they come from.
+"""
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+# Where the guide reads its figures from (`docs.guide.MEASURED`, which
+# builds on this module: bench sits below docs).
+MEASURED = "docs/measured"
+
+# target -> the module (run from the repo root) that writes it, given
+# `--json PATH`
+SCRIPTS = {"traps": ["-m", "docs.traps"],
+           "dispatch": ["-m", "bench.dispatch"],
+           "errors": ["-m", "docs.errors"],
+           # About an hour on 2 cores: the long runs behind the verdict.
+           "verdicts": ["-m", "bench.verdict_runs"],
+           "handover": ["-m", "bench.handover_runs"],
+           "many_hosts": ["-m", "bench.many_hosts_runs"],
+           "sweep": ["-m", "bench.sweep_runs"],
+           "ensemble_runs": ["-m", "bench.ensemble_runs"],
+           # The issue 13 utilisation target's workload: 28x28 inputs.
+           "utilisation": ["-m", "compare", "--strategy", "data_parallel",
+                           "--dataset", "synthetic:28x28", "--steps", "30",
+                           "--devices", "8"]}
+
+
+def targets(registry):
+  return (*registry, *SCRIPTS)
+
+
+def command(target, out, devices=8):
+  """The command that regenerates `target` into `out`."""
+  if target in SCRIPTS:
+    return [sys.executable, *SCRIPTS[target], "--json", str(out)]
+  return [sys.executable, "-m", "compare", "--strategy", target,
+          "--devices", str(devices), "--json", str(out)]
+
+
+def measure(target, root, devices=8):
+  """Runs the measurement of `target` into docs/measured/, dated.
+
+  The file is kept as written, plus a `date` (UTC) and the `command` when it
+  has none, and the machine's load average, since other work on the machine
+  skews throughput. Returns the command's exit code; the file is written
+  whatever compare's verdict (the table shows it).
+  """
+  out = root / MEASURED / f"{target}.json"
+  out.parent.mkdir(parents=True, exist_ok=True)
+  load = os.getloadavg()[0]
+  # `python -m` puts its working directory first on the path: run from
+  # `root`, the modules are the checkout's own, not an installed copy.
+  code = subprocess.call(command(target, out, devices), cwd=root)
+  if out.is_file():
+    record = json.loads(out.read_text())
+    record.setdefault("date", datetime.datetime.now(
+        datetime.timezone.utc).date().isoformat())
+    record.setdefault("command", "python -m docs.build_guide --measure "
+                                 f"{target}")
+    record.setdefault("load_average", [round(load, 2),
+                                       round(os.getloadavg()[0], 2)])
+    out.write_text(json.dumps(record, indent=1) + "\n")
+  return code

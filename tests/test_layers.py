@@ -1,0 +1,99 @@
+"""The packages' layers: no import points upward, none goes in a circle.
+
+`workloads` -> `launch` -> `training` -> the backends -> `compare` -> `bench`
+(the measurements that write `docs/measured`) -> `docs` (the guide, whose
+builder runs them, and the examples it quotes) -> `tests`. Every import counts,
+including those inside functions (they hide a cycle rather than remove it).
+"""
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Layer of each top-level package; a module may import its own layer's
+# package and any lower one. The backends share a layer and never import
+# each other.
+LAYERS = {"workloads": 0, "launch": 1, "training": 2, "legacy_pmap": 3,
+          "sharded": 3, "compare": 4, "bench": 5, "docs": 6, "tests": 7}
+
+
+def _modules():
+  for package in LAYERS:
+    for path in sorted((ROOT / package).rglob("*.py")):
+      yield package, path
+
+
+def _imported_packages(path):
+  """The project packages `path` imports, at any depth in the file."""
+  found = set()
+  for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    if isinstance(node, ast.Import):
+      names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+      names = [node.module]
+    else:
+      continue
+    found |= {name.split(".")[0] for name in names} & set(LAYERS)
+  return found
+
+
+def _violations():
+  bad = []
+  for package, path in _modules():
+    for imported in _imported_packages(path):
+      if imported == package:
+        continue
+      if LAYERS[imported] >= LAYERS[package]:
+        bad.append(f"{path.relative_to(ROOT)} imports {imported}")
+  return bad
+
+
+def test_no_import_points_upward_or_sideways():
+  assert _violations() == []
+
+
+def test_the_check_sees_an_upward_import_inside_a_function(tmp_path,
+                                                           monkeypatch):
+  # Negative control: an import hidden in a function body is still seen.
+  planted = tmp_path / "workloads"
+  planted.mkdir()
+  (planted / "x.py").write_text("def f():\n  from compare import cli\n")
+  monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+  monkeypatch.setattr(sys.modules[__name__], "LAYERS",
+                      {"workloads": 0, "compare": 4})
+  (tmp_path / "compare").mkdir()
+  assert _violations() == ["workloads/x.py imports compare"]
+
+
+def _loaded_after(statement):
+  """The project modules loaded by running `statement` in a new process."""
+  code = (f"import sys\n{statement}\n"
+          "print(' '.join(sorted(m for m in sys.modules "
+          "if m.split('.')[0] in ('compare', 'training', 'launch', "
+          "'legacy_pmap', 'sharded', 'workloads'))))")
+  out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
+                       capture_output=True, text=True,
+                       env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+  return out.stdout.split()
+
+
+@pytest.mark.parametrize("backend", ["legacy_pmap", "sharded"])
+def test_training_programs_load_nothing_from_compare(backend, tmp_path):
+  # The whole program as `python -m B.train` runs it, up to its first step.
+  loaded = _loaded_after(
+      f"from {backend} import train\n"
+      f"train.main(['--strategy', 'data_parallel', '--steps', '1', "
+      f"'--devices', '1', '--workdir', {str(tmp_path / 'w')!r}])")
+  assert "training.loop" in loaded
+  assert not [m for m in loaded if m.split(".")[0] == "compare"], loaded
+
+
+def test_launch_imports_no_jax():
+  # The launcher runs before any device count is set.
+  code = ("import sys\nfrom launch import baseline, distributed, emulation, "
+          "files, launcher, options\nassert 'jax' not in sys.modules")
+  subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)

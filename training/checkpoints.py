@@ -1,0 +1,309 @@
+"""The training programs' checkpoints: one Orbax layout for both backends.
+
+A checkpoint is one step directory under `W/checkpoints`, written by an
+Orbax `CheckpointManager` (a temporary directory renamed on commit, so a
+save cut short is never listed) with two items:
+
+- `state`: `{"params", "opt_state"}` in the canonical layout of the programs'
+  `to_host` (no device axis for replicated state, a leading member axis for
+  ensembles, optax.MultiSteps' wrapper removed), as global `jax.Array`s, so
+  that Orbax writes each array once, cooperatively across processes.
+- `run`: JSON: the strategy and config, who wrote it (backend, devices), the
+  optimiser step and the state's digest (`workloads.digest`).
+
+Restoring goes straight into a backend's layout: every leaf is restored onto
+the sharding the backend's own initial state has (the devices module's
+`checkpoint_target` / `from_checkpoint`), then takes that state's place.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+
+from workloads import digest
+from workloads import microbatches
+
+STATE, RUN = "state", "run"
+# Config fields a resumed run may change: how long it runs and how its
+# loops are written, not what it computes.
+MAY_DIFFER = ("steps", "epochs", "member_loop", "accum_loop")
+
+
+class CheckpointError(ValueError):
+  """A checkpoint that this run must not continue from (exit 2)."""
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """How one backend program's state maps to the checkpoint and back.
+
+  Attributes:
+    module: the program (e.g. `sharded.ensemble`), for `to_host`.
+    placement: the backend's `devices` module, or its `MemberCheckpoints`
+      for ensembles (the member axis leads in every backend and on disk).
+    calls_per_step: calls of the step per optimiser step (the train state's
+      own step counter advances by this much per optimiser step).
+  """
+
+  module: Any
+  placement: Any
+  calls_per_step: int = 1
+
+  @classmethod
+  def of(cls, module, calls_per_step=1):
+    """The layout of `module` (a backend program): its `CHECKPOINTS`."""
+    return cls(module, module.CHECKPOINTS, calls_per_step)
+
+  def saved(self, state):
+    """The state's `{"params", "opt_state"}` as the checkpoint holds them."""
+    return self.placement.to_checkpoint({
+        "params": state.params,
+        "opt_state": microbatches.canonical_opt_state(state.opt_state)})
+
+  def digest(self, state) -> str:
+    return digest.state_digest(self.module.to_host(state))
+
+
+def open_manager(directory, max_to_keep=None,
+                 read_only=False) -> ocp.CheckpointManager:
+  """A manager for `directory`: async saves; leftover temporaries removed.
+
+  The removal runs in the background from the manager's start, so only the
+  one manager that saves may do it: a second one (a `read_only` look before
+  compiling) would race it for the same directories.
+  """
+  options = ocp.CheckpointManagerOptions(
+      max_to_keep=max_to_keep, enable_async_checkpointing=True,
+      cleanup_tmp_directories=not read_only, read_only=read_only)
+  handlers = {STATE: ocp.StandardCheckpointHandler(),
+              RUN: ocp.JsonCheckpointHandler()}
+  return ocp.CheckpointManager(os.path.abspath(directory), options=options,
+                               item_handlers=handlers)
+
+
+def run_record(strategy: str, config, backend: str, n_devices: int) -> dict:
+  """What a checkpoint says about the run that wrote it (JSON-ready)."""
+  return {"strategy": strategy,
+          "config": json.loads(json.dumps(dataclasses.asdict(config))),
+          "backend": backend, "devices": n_devices,
+          "processes": jax.process_count()}
+
+
+def check_same_run(saved: dict, current: dict, step: int) -> None:
+  """Raises CheckpointError naming the first setting that differs."""
+  pairs = [("strategy", saved.get("strategy"), current["strategy"])]
+  # In the config's own order (workload first), then fields only saved.
+  fields = [*current["config"],
+            *(k for k in saved["config"] if k not in current["config"])]
+  pairs += [(name, saved["config"].get(name), current["config"].get(name))
+            for name in fields if name not in MAY_DIFFER]
+  for name, there, here in pairs:
+    if there != here:
+      raise CheckpointError(
+          f"the checkpoint at step {step} is of another run: {name} "
+          f"{there!r} there, {here!r} here")
+
+
+def save(manager, step: int, state, layout: Layout, record: dict) -> float:
+  """Starts saving `state` as step `step`; returns the seconds it blocked.
+
+  Orbax copies the arrays off the devices before returning and writes them
+  in the background; the next save (or `wait_until_finished`) waits for it.
+  """
+  start = time.perf_counter()
+  manager.save(step, args=ocp.args.Composite(**{
+      STATE: ocp.args.StandardSave(layout.saved(state)),
+      RUN: ocp.args.JsonSave({**record, "step": step,
+                              "state_digest": layout.digest(state)})}))
+  return time.perf_counter() - start
+
+
+def read_record(manager, step: int) -> dict:
+  """The `run` item of step `step`."""
+  return manager.restore(step, args=ocp.args.Composite(
+      **{RUN: ocp.args.JsonRestore()}))[RUN]
+
+
+@dataclasses.dataclass
+class Restored:
+  """A state restored from a checkpoint, and what restoring it found.
+
+  Attributes:
+    state: the train state in the backend's layout.
+    step: the optimiser step it was saved at.
+    record: the checkpoint's `run` item.
+    seconds: how long restoring took.
+    classic: whether the checkpoint held one replica per device.
+    damaged: newer steps that could not be restored (moved aside).
+  """
+
+  state: Any
+  step: int
+  record: dict
+  seconds: float
+  classic: bool = False
+  damaged: list = dataclasses.field(default_factory=list)
+
+
+def _one_line(err: BaseException) -> str:
+  text = str(err).strip().splitlines()
+  return f"{type(err).__name__}: {text[0][:160] if text else ''}"
+
+
+def _is_classic(manager, step, target) -> int:
+  """The replica count if every leaf was saved with a leading device axis."""
+  metadata = manager.item_metadata(step)[STATE]
+  saved = [tuple(m.shape) for m in jax.tree.leaves(metadata)]
+  wanted = [tuple(t.shape) for t in jax.tree.leaves(target)]
+  if len(saved) != len(wanted):
+    raise CheckpointError(f"the checkpoint at step {step} holds "
+                          f"{len(saved)} arrays; this program has "
+                          f"{len(wanted)}")
+  if saved == wanted:
+    return 0
+  replicas = {s[0] for s, w in zip(saved, wanted) if s[1:] == w}
+  if len(replicas) == 1 and all(s[1:] == w for s, w in zip(saved, wanted)):
+    return replicas.pop()
+  raise CheckpointError(f"the checkpoint at step {step} holds arrays of "
+                        "other shapes than this program's")
+
+
+def _collapse_replicas(tree, step):
+  """One copy of a tree saved with a device axis; its replicas must agree."""
+  def collapse(path, x):
+    x = np.asarray(x)
+    for i in range(1, len(x)):
+      if x[i].tobytes() != x[0].tobytes():
+        raise CheckpointError(
+            f"the checkpoint at step {step} holds one copy per device and "
+            f"they differ: {jax.tree_util.keystr(path)} replica {i} is not "
+            "replica 0")
+    return x[0]
+  return jax.tree_util.tree_map_with_path(collapse, tree)
+
+
+# region: restore
+def _restore_tree(manager, step, target):
+  """The `state` item of `step` onto `target`'s shardings; classic or not."""
+  replicas = _is_classic(manager, step, target)
+  if not replicas:
+    restored = manager.restore(step, args=ocp.args.Composite(**{
+        STATE: ocp.args.StandardRestore(target)}))
+    return restored[STATE], False
+  # A classic pmap program saved its replicated state without unreplicate:
+  # read every replica (on one device), check they agree, keep one.
+  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  stacked = jax.tree.map(lambda t: jax.ShapeDtypeStruct(
+      (replicas, *t.shape), t.dtype, sharding=device), target)
+  restored = manager.restore(step, args=ocp.args.Composite(**{
+      STATE: ocp.args.StandardRestore(stacked)}))
+  host = _collapse_replicas(restored[STATE], step)
+  return jax.tree.map(lambda h, t: jax.device_put(h, t.sharding), host,
+                      target), True
+
+
+def rebuild(like, tree, step: int, calls_per_step: int = 1):
+  """The train state `like` with the restored params and optimiser state.
+
+  `like` is the backend's initial state: it brings the layout, the static
+  fields (`apply_fn`, `tx`) and the step counter, advanced to `step`. Under
+  optax.MultiSteps the restored state is its inner state; its accumulator
+  is zero at an optimiser-step boundary, where every checkpoint is taken.
+  """
+  opt_state = tree["opt_state"]
+  if isinstance(like.opt_state, optax.MultiStepsState):
+    opt_state = like.opt_state._replace(
+        inner_opt_state=opt_state,
+        gradient_step=like.opt_state.gradient_step + step)
+  return like.replace(params=tree["params"], opt_state=opt_state,
+                      step=like.step + step * calls_per_step)
+
+
+def restore_step(manager, step: int, like, layout: Layout):
+  """Step `step` in the layout of `like`; returns `(state, classic)`."""
+  like_tree = {"params": like.params,
+               "opt_state": microbatches.canonical_opt_state(like.opt_state)}
+  target = layout.placement.checkpoint_target(like_tree)
+  tree, classic = _restore_tree(manager, step, target)
+  tree = layout.placement.from_checkpoint(tree, like_tree)
+  return rebuild(like, tree, step, layout.calls_per_step), classic
+# endregion
+
+
+def check_digest(state, layout, record, step):
+  """Raises when the restored state is not the one that was saved."""
+  expected = record.get("state_digest")
+  if expected and layout.digest(state) != expected:
+    raise ValueError(f"step {step} restores to other values than were "
+                     "saved (its digest differs)")
+
+
+def _move_aside(manager, step) -> str:
+  """Renames a damaged step directory so that no manager lists it again."""
+  path = os.path.join(str(manager.directory), str(step))
+  aside = f"{path}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
+  os.rename(path, aside)
+  return aside
+
+
+def restore_newest(manager, like, layout: Layout, current: dict,
+                   warn=None) -> Restored | None:
+  """The newest checkpoint that restores, in the layout of `like`.
+
+  A step that fails to restore (a file truncated or deleted, a digest that
+  does not match) is skipped with a warning for the one before it; once one
+  restores, the damaged newer ones are moved aside (renamed, not deleted).
+
+  Args:
+    manager: the workdir's checkpoint manager.
+    like: the backend's initial train state.
+    layout: the program's layout.
+    current: this run's `run_record`, which every checkpoint must match.
+    warn: called with each one-line warning (default: print to stderr).
+
+  Returns:
+    The restored state, or None where there is no checkpoint.
+
+  Raises:
+    CheckpointError: a checkpoint of another run; replicas that differ; or
+      no checkpoint restores at all (nothing is moved aside then).
+  """
+  warn = warn or (lambda line: print(line, file=sys.stderr))
+  failures = []
+  for step in sorted(manager.all_steps(), reverse=True):
+    start = time.perf_counter()
+    try:
+      record = read_record(manager, step)
+      check_same_run(record, current, step)
+      state, classic = restore_step(manager, step, like, layout)
+      check_digest(state, layout, record, step)
+    except CheckpointError:
+      raise
+    except Exception as err:  # pylint: disable=broad-except
+      # Orbax and tensorstore raise plain Exceptions for missing or
+      # truncated files: anything here means this step cannot be used.
+      failures.append((step, _one_line(err)))
+      continue
+    seconds = time.perf_counter() - start
+    for bad, why in failures:
+      aside = _move_aside(manager, bad)
+      warn(f"warning: checkpoint step {bad} is damaged ({why}); moved to "
+           f"{aside}; resuming from step {step}")
+    if failures:
+      manager.reload()
+    return Restored(state, step, record, seconds, classic,
+                    [bad for bad, _ in failures])
+  if failures:
+    step, why = failures[0]
+    raise CheckpointError(f"no checkpoint in {manager.directory} restores "
+                          f"(newest, step {step}: {why})")
+  return None
