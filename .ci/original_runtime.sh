@@ -53,6 +53,13 @@ part "compare ensemble" python -m compare --strategy ensemble \
   --epochs 1 --windows 2 --json "$out/ensemble.json"
 part "compare accumulation" python -m compare --strategy accumulation \
   --steps 3 --windows 2 --json "$out/accumulation.json"
+# A late mistake (the port's update 1% off at step 2 only) must exit 1.
+late() {
+  python -m compare --strategy data_parallel --steps 3 --windows 2 \
+    --negative-control update-1pct-at:2 --json "$out/data_parallel_late.json"
+  [ $? -eq 1 ]
+}
+part "compare data_parallel, a late mistake (exit 1 expected)" late
 
 # The assertions, on the reports just written.
 SHARDPORT_ORIGINAL_RUNTIME_JSON=$out part assertions \

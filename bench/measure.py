@@ -29,6 +29,8 @@ SCRIPTS = {"traps": ["-m", "docs.traps"],
            "errors": ["-m", "docs.errors"],
            # About an hour on 2 cores: the long runs behind the verdict.
            "verdicts": ["-m", "bench.verdict_runs"],
+           # About an hour on 2 cores: late mistakes and correct ports.
+           "lockstep": ["-m", "bench.lockstep_runs"],
            "handover": ["-m", "bench.handover_runs"],
            "many_hosts": ["-m", "bench.many_hosts_runs"],
            "sweep": ["-m", "bench.sweep_runs"],

@@ -30,8 +30,12 @@ def build_parser() -> options.Parser:
   options.add_run_options(parser, tuple(strategies.STRATEGIES))
   options.add_process_options(parser)
   add = parser.add_argument
-  add("--negative-control", default=None, metavar="NAME",
-      help="plant a known mistake in the port (the verdict must fail)")
+  add("--negative-control", default=None, metavar="NAME[:N]",
+      help="plant a known mistake in the port (the verdict must fail); "
+           "update-1pct-from:N and update-1pct-at:N start at step N")
+  add("--check-every", type=int, default=1, metavar="K",
+      help="lockstep checks at step 1, every K-th step and the last "
+           "(default 1: every step)")
   add("--switch-at", type=int, default=None, metavar="N",
       help="the port's runs restore pmap's step-N checkpoint and continue")
   add("--sweep-devices", default=None, metavar="N,N,...",
@@ -47,8 +51,10 @@ def build_parser() -> options.Parser:
 
 def _check(args):
   options.check_positive(args)
-  if args.windows < 1:
-    raise UsageError(f"--windows must be at least 1, got {args.windows}")
+  for flag, value in (("--windows", args.windows),
+                      ("--check-every", args.check_every)):
+    if value < 1:
+      raise UsageError(f"{flag} must be at least 1, got {value}")
   distributed.check(args)
   if args.sweep_devices and (distributed.is_launcher(args)
                              or distributed.is_worker(args)):
@@ -75,6 +81,10 @@ def _prepare(args):
     checked = inputs.prepare(strategy, args, counts)
     control = (strategy.control(args.negative_control)
                if args.negative_control else None)
+    if control and control.step and control.step > checked.config.steps:
+      raise UsageError(f"--negative-control {control.name}: step "
+                       f"{control.step} is past the last step "
+                       f"({checked.config.steps})")
     if args.switch_at is not None:
       switch.check(strategy, checked.config, checked.n_devices,
                    args.switch_at)
@@ -106,6 +116,7 @@ def _run(args):
     result = runner.compare(strategy, config, data, n_devices,
                             windows=args.windows,
                             progress=sys.stderr.isatty(), control=control,
+                            check_every=args.check_every,
                             switch_at=args.switch_at)
   full = {"schema": report.SCHEMA, "strategy": strategy.name,
           "date": datetime.date.today().isoformat(),

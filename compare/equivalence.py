@@ -86,6 +86,66 @@ def compare_trees(a, b, tol: tolerances.Tolerance) -> dict:
   }
 
 
+# A leaf whose own update is smaller than this fraction of its collection's
+# largest is judged against that fraction: a bias that barely moves must
+# not turn rounding into a large relative error.
+UPDATE_FLOOR = 1e-3
+
+
+def update_error(a, b, start) -> float:
+  """How far apart two results of one step from `start` are, as a fraction
+  of the step's update `b - start`.
+
+  Each floating leaf's largest |a - b| is divided by its largest |b - start|
+  (floored at `UPDATE_FLOOR` times the largest update in its top-level
+  collection, e.g. `params` or `opt_state`); any other leaf (a step counter)
+  must be equal. Scaling by the update, not the state, makes one number mean
+  the same at step 1 and step 1000: a 1% change of the update is 1e-2.
+
+  Args:
+    a: a host pytree, one step's result.
+    b: the same step's result taken as ground truth, same structure.
+    start: the state both steps started from (may hold more collections).
+
+  Returns:
+    The largest ratio over leaves: 0.0 for equal bits, inf where a non-float
+    leaf or a non-finite value differs.
+  """
+  if trees_same_bits(a, b):
+    return 0.0
+  worst = 0.0
+  for key in b:
+    pairs = list(zip(jax.tree.leaves(a[key]), jax.tree.leaves(b[key]),
+                     jax.tree.leaves(start[key])))
+    updates = [_update(y, s) for _, y, s in pairs]
+    largest = max(updates, default=0.0)
+    for (x, y, _), update in zip(pairs, updates):
+      x, y = np.asarray(x), np.asarray(y)
+      if same_bits(x, y):
+        continue
+      if not np.issubdtype(y.dtype, np.floating):
+        return float("inf")
+      diff = np.abs(x.astype(np.float64) - y.astype(np.float64)).max()
+      scale = max(update, UPDATE_FLOOR * largest, np.finfo(np.float64).tiny)
+      worst = max(worst, float(diff / scale) if np.isfinite(diff)
+                  else float("inf"))
+  return worst
+
+
+def _update(after, before) -> float:
+  after = np.asarray(after)
+  if not np.issubdtype(after.dtype, np.floating):
+    return 0.0
+  return float(np.abs(after.astype(np.float64)
+                      - np.asarray(before, np.float64)).max(initial=0.0))
+
+
+def trees_same_bits(a, b) -> bool:
+  """Whether two pytrees of the same structure hold the same bits."""
+  return all(same_bits(np.asarray(x), np.asarray(y))
+             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
 def max_abs_difference(a, b) -> float:
   """The largest elementwise |a - b| over two pytrees (for drift curves).
 

@@ -9,13 +9,37 @@ themselves never carry a bug.
 import contextlib
 import dataclasses
 import types
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import optax
 
 from training import protocol
 
 _API = protocol.API
+
+
+@dataclasses.dataclass(frozen=True)
+class NegativeControl:
+  """A known mistake `--negative-control NAME` plants in the port's runs.
+
+  Attributes:
+    name: the flag's value.
+    mistake: what goes wrong, in one line.
+    plant: `(module, run name) -> module` with the mistake in it.
+    at_step: for a mistake that starts at a step, `N -> plant` (the flag
+      is then `NAME:N`); None otherwise.
+    step: the step it starts at, once chosen.
+  """
+
+  name: str
+  mistake: str
+  plant: Callable[[Any, str], Any] | None
+  at_step: Callable[[int], Callable[[Any, str], Any]] | None = None
+  step: int | None = None
 
 
 def _with(module, **changed):
@@ -96,3 +120,91 @@ def members_mixed(module, run):
     return roll(state)
 
   return _with(module, create_state=create_state)
+
+
+def _optimizer_step_about_to_run(state) -> int:
+  """The optimiser step a call of the train step on `state` belongs to.
+
+  Under optax.MultiSteps an optimiser step is K calls and its counter is the
+  optimiser state's; otherwise the train state's own step. Read from one
+  addressable copy: replicated, per device or per member, they agree.
+  """
+  def first(x):
+    return int(np.asarray(x.addressable_shards[0].data).max())
+  opt_state = state.opt_state
+  if isinstance(opt_state, optax.MultiStepsState):
+    return first(opt_state.gradient_step) + 1
+  return first(state.step) + 1
+
+
+def _update_scaler(factor, member):
+  """`(before, after) -> params` with `after - before` scaled by `factor`,
+  only for ensemble member `member` where it is not None; compiled once
+  per layout, keeping every leaf's sharding."""
+  compiled = {}
+
+  def scale(before, after):
+    shardings = jax.tree.map(lambda x: x.sharding, after)
+    key = (jax.tree.structure(after), tuple(jax.tree.leaves(shardings)))
+    if key not in compiled:
+      def scaled(b, a):
+        def leaf(x, y):
+          weight = factor
+          if member is not None:
+            rows = jnp.arange(y.shape[0]) == member
+            weight = jnp.where(rows, factor, 1.0).reshape(
+                (-1,) + (1,) * (y.ndim - 1))
+          return x + weight * (y - x)
+        return jax.tree.map(leaf, b, a)
+      compiled[key] = jax.jit(scaled, out_shardings=shardings)
+    return compiled[key](before, after)
+
+  return scale
+
+
+def scaled_update(first_step: int, last_step: int | None,
+                  factor: float = 1.01, member: int | None = None):
+  """A plant: the port's update x `factor` at optimiser steps `first_step`
+  to `last_step` (None: to the end); in ensemble member `member` only where
+  it is given.
+
+  What a wrongly ported schedule, warm-up or branch does when it first acts
+  late: the steps before are right, so only a check that holds at every
+  step can see it.
+  """
+  def plant(module, run):
+    del run
+
+    def make_train_step(config, placement, variant):
+      step = module.make_train_step(config, placement, variant)
+      scale = _update_scaler(factor, member)
+
+      def train_step(state, batch):
+        n = _optimizer_step_about_to_run(state)
+        if n < first_step or (last_step is not None and n > last_step):
+          return step(state, batch)
+        # The step may donate its input: keep the params it starts from.
+        before = jax.tree.map(lambda x: x.copy(), state.params)
+        state, metrics = step(state, batch)
+        return state.replace(params=scale(before, state.params)), metrics
+
+      return train_step
+
+    return _with(module, make_train_step=make_train_step)
+
+  return plant
+
+
+def late_controls(member: int | None = None) -> tuple:
+  """The controls that start at a chosen step N (`NAME:N`): the port's
+  update 1% off from step N on, and at step N only."""
+  where = "" if member is None else f" of member {member}"
+  return (
+      NegativeControl(
+          "update-1pct-from", f"the port's update{where} x 1.01 from step N "
+          "on (a schedule or warm-up ported wrongly)", None,
+          at_step=lambda n: scaled_update(n, None, member=member)),
+      NegativeControl(
+          "update-1pct-at", f"the port's update{where} x 1.01 at step N "
+          "only (a branch taken once, ported wrongly)", None,
+          at_step=lambda n: scaled_update(n, n, member=member)))

@@ -47,8 +47,25 @@ def _drift(axis, report):
   axis.legend(fontsize="small")
 
 
+def _lockstep(axis, report):
+  """Each pair's step from the shared state over the one-step band."""
+  checks = report.get("lockstep") or {}
+  if not checks.get("checked_steps"):
+    axis.set_axis_off()
+    return
+  for name, pair in checks["pairs"].items():
+    ratios = np.maximum(np.asarray(pair["errors"]) / checks["band"], 1e-3)
+    axis.plot(checks["steps"], ratios, label=name.replace("~", " vs "))
+  axis.axhline(checks["multiple"], color="r", linestyle="--",
+               label=f"allowed x{checks['multiple']:g}")
+  axis.set(xlabel="step", ylabel="difference / one-step band", yscale="log",
+           title="lockstep: each step from the shared state")
+  axis.legend(fontsize="small")
+
+
 def learning_curves(report: dict, path: str, members: bool = False) -> None:
-  """Writes loss, test accuracy and drift panels as a PNG, atomically.
+  """Writes loss, test accuracy, drift and lockstep panels as a PNG,
+  atomically.
 
   Args:
     report: the report dict of `python -m compare`.
@@ -59,9 +76,10 @@ def learning_curves(report: dict, path: str, members: bool = False) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
-  figure, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+  figure, axes = plt.subplots(1, 4, figsize=(21, 4.5))
   _curves(axes[:2], report, members)
   _drift(axes[2], report)
+  _lockstep(axes[3], report)
   figure.suptitle(f"{report['strategy']} / {report['workload']} on "
                   f"{report['dataset']}, {report['devices']} "
                   f"{report['platform']} devices: verdict {report['verdict']}")

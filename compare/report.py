@@ -98,28 +98,58 @@ def _history(report):
   return lines
 
 
+def _pair_line(v):
+  """One pair at one check."""
+  head = f"{v['a']:>12} vs {v['b']:<12} {v['at']:<10} {v['verdict']:<7} "
+  if v["at"] == "switch":
+    return head + (f"the state restored at step {v['step']} "
+                   + ("is" if v["verdict"] == "bitwise" else "is NOT")
+                   + f" {v['b']}'s (digest)")
+  if v["at"] == "lockstep":
+    return head + (
+        f"at most {v['max_ratio']:.2f}x the one-step band (step "
+        f"{v['worst_step']}), allowed {v['allowed_ratio']:g}x"
+        + (f"; first over at step {v['first_fail_step']} "
+           f"({v['first_fail_ratio']:.3g}x)" if v["first_fail_step"] else ""))
+  return head + (f"max_abs={v['max_abs']:.2e} max_ulp={v['max_ulp']}"
+                 + (f" (rtol={v['rtol']:g}, atol={v['atol']:g}*max|leaf|)"
+                    if v["at"] == "first_step" else ""))
+
+
+def _lockstep_lines(report):
+  checks = report.get("lockstep")
+  if not checks:
+    return []
+  lines = [f"lockstep: {checks['checked_steps']} of {report['steps']} steps "
+           f"checked (step 1, every {checks['check_every']}, the last), each "
+           "run's step from the reference's state against the reference's "
+           f"step with its rows reordered: band {checks['band']:.2e} of the "
+           f"update; {checks['extra_steps']} extra steps, "
+           f"{checks['seconds']:.1f} s"]
+  for name, pair in checks["pairs"].items():
+    if pair["stopped_bitwise_at"]:
+      a, b = name.split("~")
+      lines.append(f"{a} vs {b}: bitwise for "
+                   f"{pair['stopped_bitwise_at'] - 1} steps, differs from "
+                   f"step {pair['stopped_bitwise_at']}")
+  return lines
+
+
 def verdict_lines(report: dict) -> list[str]:
-  """One line per pair and check, then each final pair's calibration."""
-  lines = []
-  for v in report["equivalence"]:
-    lines.append(
-        f"{v['a']:>12} vs {v['b']:<12} {v['at']:<10} {v['verdict']:<7} "
-        f"max_abs={v['max_abs']:.2e} max_ulp={v['max_ulp']}"
-        + (f" (rtol={v['rtol']:g}, atol={v['atol']:g}*max|leaf|)"
-           if v["at"] == "first_step" else ""))
+  """One line per pair and check, the lockstep checks, then each final
+  pair's calibration."""
+  lines = [_pair_line(v) for v in report["equivalence"]]
+  lines += _lockstep_lines(report)
   for v in report["equivalence"]:
     cal = v.get("calibration")
     if cal:
       lines.append(
-          f"calibrated {v['a']}~{v['b']}: drift at most {cal['max_ratio']:.2f}"
-          f"x the calibration band (step {cal['worst_step']}), allowed "
-          f"{cal['multiple']:g}x; "
-          + (f"a flip at step {cal['flip_step']} (then "
-             f"{cal['max_ratio_after_flip']:.1f}x: judged by the metrics); "
-             if cal.get("flip_step") else "") + ", ".join(
-              f"{k} gap {m['gap']:.2e} vs spread "
+          f"final {v['a']}~{v['b']}: " + ", ".join(
+              f"{k} gap {m['gap']:.2e} vs calibration spread "
               f"{m['calibration_spread']:.2e}"
-              for k, m in cal["metrics"].items()))
+              for k, m in cal["metrics"].items())
+          + f"; drift at most {cal['max_ratio']:.2f}x the calibration band "
+          f"(step {cal['worst_step']}, shown, not judged)")
   curve = report.get("calibration", {}).get("drift_per_step")
   if curve:
     lines.append(f"calibration (reference vs reference, rows reordered, "
@@ -151,5 +181,7 @@ def table(report: dict, strategy_lines: list[str] = ()) -> str:
     lines.append(f"training diverged at step {report['diverged_at']} in "
                  f"{', '.join(report['diverged_runs'])} (non-finite loss or "
                  "parameters)")
-  lines.append(f"verdict: {report['verdict']}")
+  failure = report.get("first_failure")
+  lines.append(f"verdict: {report['verdict']}"
+               + (f", {failure}" if failure else ""))
   return "\n".join(lines)

@@ -21,6 +21,7 @@ import tqdm
 from launch import distributed
 from compare import equivalence
 from compare import hlo
+from compare import lockstep
 from compare import switch
 from compare import timing
 from compare import utilisation
@@ -67,6 +68,8 @@ class Run:
   since_eval: list = dataclasses.field(default_factory=list)
   first_step: object = None
   host: object = None
+  initial: object = None  # a copy of the initial state (`compare.lockstep`)
+  handover: dict | None = None  # what `--switch-at` handed over (pmap's)
   history: list = dataclasses.field(default_factory=list)
   summary: dict = dataclasses.field(default_factory=dict)
 
@@ -225,21 +228,25 @@ def _record_history(strategy, run, config, test_batch, step):
 
 
 def train(strategy, config, data, n_devices: int, progress: bool = False,
-          control=None, switch_at=None):
+          control=None, switch_at=None, check_every: int = 1):
   """Trains every active run in lockstep.
 
   With `switch_at` the port's runs restore pmap's checkpoint of that step
-  and continue from it (`compare.switch`).
+  and continue from it (`compare.switch`). Every `check_every`-th step each
+  run also steps from the reference's state (`compare.lockstep`).
 
   Returns:
-    `(runs, drift, diverged)`: the runs (calibrations last), the per-step
-    params difference of every pair (and of `reference~CALIBRATION` for
-    each calibration run), and
-    `{run name: step}` for the runs that blew up.
+    `(runs, pairs, drift, diverged, lockstep)`: the runs (calibrations
+    last), the pairs that ran, the per-step params difference of every pair
+    (and of `reference~CALIBRATION` for each calibration run),
+    `{run name: step}` for the runs that blew up, and the lockstep checks.
   """
   runs = _setup(strategy, config, n_devices, control)
   names = {run.name for run in runs}
   pairs = [(a, b) for a, b in strategy.pairs if a in names and b in names]
+  checks = lockstep.Lockstep(
+      [run for run in runs if run.name not in CALIBRATIONS], pairs,
+      check_every, config.steps, n_devices, _rows, permuted)
   tracked = pairs + [("reference", name) for name in CALIBRATIONS]
   test_batch = batches.test_batch(data, global_devices(n_devices))
   every = strategy.eval_every(config, len(data.train_inputs))
@@ -250,6 +257,7 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   for i, host_batch in enumerate(tqdm.tqdm(
       order, total=config.steps, desc=strategy.name, file=sys.stderr,
       disable=not progress)):
+    checks.before_step(i + 1)
     for run in runs:
       if not _step(run, host_batch, i, n_devices):
         diverged[run.name] = i + 1
@@ -261,12 +269,14 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
           by_name[a].host["params"], by_name[b].host["params"]))
     if diverged:
       break
+    checks.after_step(i + 1, host_batch)
     if switch_at == i + 1:
-      switch.switch(strategy, config, runs, i + 1)
+      by_name[switch.SOURCE].handover = switch.switch(strategy, config, runs,
+                                                      i + 1)
   for run in runs:
     run.summary = (run.history[-1] if run.history and not diverged else
                    _evaluate(strategy, run, config, test_batch))
-  return runs, pairs, drift, diverged
+  return runs, pairs, drift, diverged, checks
 
 
 def measure_throughput(runs, config, data, windows: int):
@@ -320,15 +330,23 @@ def _calibration_report(calibrations, drift):
 
 
 def compare(strategy, config, data, n_devices: int, windows: int = 20,
-            progress: bool = False, control=None, switch_at=None) -> dict:
+            progress: bool = False, control=None, switch_at=None,
+            check_every: int = 1) -> dict:
   """Trains, checks and times every run; returns the report's fields."""
-  runs, pairs, drift, diverged = train(strategy, config, data, n_devices,
-                                       progress, control, switch_at)
+  runs, pairs, drift, diverged, checks = train(
+      strategy, config, data, n_devices, progress, control, switch_at,
+      check_every)
+  checks = checks.report(strategy.lockstep_multiple,
+                         strategy.lockstep_reason)
   calibrations, runs = runs[-len(CALIBRATIONS):], runs[:-len(CALIBRATIONS)]
   by_name = {run.name: run for run in runs}
   calibration_report = _calibration_report(calibrations, drift)
   results = verdicts.first_step(
       strategy, pairs, {r.name: r.first_step for r in runs})
+  results += verdicts.lockstep(strategy, checks)
+  handed = (by_name[switch.SOURCE].handover if switch.SOURCE in by_name
+            else None)
+  results += verdicts.handover(handed)
   results += verdicts.final(
       strategy, pairs, {r.name: r.host for r in runs}, drift,
       None if diverged else calibration_report,
@@ -341,11 +359,15 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
       "runs": {run.name: _run_report(strategy, config, run, speeds[run.name])
                for run in runs},
       "calibration": calibration_report,
+      # What --switch-at handed over (compare.switch), else None.
+      "switch": handed,
+      "lockstep": checks,
       "skipped_runs": {r.name: strategy.why_skipped(config,
                                                     global_devices(n_devices))
                        for r in strategy.runs if r.name not in by_name},
       "equivalence": results,
-      "verdict": verdicts.overall(results, diverged)}
+      "verdict": verdicts.overall(results, diverged),
+      "first_failure": verdicts.first_failure(results)}
   if diverged:
     report["diverged_at"] = min(diverged.values())
     report["diverged_runs"] = sorted(diverged)

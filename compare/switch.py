@@ -4,7 +4,9 @@ The moment of truth of a migration, inside one report: at step N the pmap
 run's state is saved the way the training programs save it (Orbax, the
 canonical layout), every port run restores it into its own layout and
 continues, and the pairs then judge "resumed port vs uninterrupted pmap"
-like any other pair.
+like any other pair. The report's `switch` says which step was handed over
+and the digests of the state saved and restored (tests/test_switch.py checks
+them against pmap's own after N steps).
 """
 
 import tempfile
@@ -13,6 +15,7 @@ import jax
 
 from training import handover
 from workloads import configs
+from workloads import digest
 
 SOURCE = "pmap"
 
@@ -29,11 +32,24 @@ def check(strategy, config, n_devices: int, switch_at: int) -> None:
         f"{strategy.why_skipped(config, n_devices)}")
 
 
-def switch(strategy, config, runs, step: int) -> list[str]:
-  """Restores pmap's state at `step` into every port run; their names."""
+def switch(strategy, config, runs, step: int) -> dict:
+  """Restores pmap's state after `step` steps into every port run.
+
+  Called once pmap has taken exactly `step` optimiser steps: the state it
+  hands over is the one the uninterrupted pmap run holds at `step`.
+
+  Returns:
+    What was handed over, for the report: `{"step", "source",
+    "source_digest"}` (pmap's own digest when it saved) and `"restored"`,
+    each port run's digest of the state it restored (all equal to
+    `source_digest`, or the restore would have refused).
+  """
   by_name = {run.name: run for run in runs}
   source = by_name[SOURCE]
-  moved = []
+  handed = {"step": step, "source": SOURCE,
+            "source_digest": digest.state_digest(
+                source.module.to_host(source.state)),
+            "restored": {}}
   with tempfile.TemporaryDirectory(prefix="shardport-switch-") as directory:
     handover.write_checkpoint(source.module, source.state, config, directory,
                               step, strategy=strategy.name)
@@ -50,5 +66,5 @@ def switch(strategy, config, runs, step: int) -> list[str]:
       run.state = jax.tree.unflatten(jax.tree.structure(run.state),
                                      jax.tree.leaves(state))
       run.host = run.module.to_host(run.state)
-      moved.append(name)
-  return moved
+      handed["restored"][name] = digest.state_digest(run.host)
+  return handed

@@ -1,17 +1,17 @@
-"""The verdicts: the first step, the final state against a calibration, and
+"""The verdicts: the first step, the lockstep checks, the final state, and
 divergence.
 
 After one step every pair must be within the strategy's first-step tolerance
-(a 1% learning-rate change is 1000x above it). At the end a pair is either
-bitwise, at any length, or judged against the calibration measured in the
-same run: the reference trained again with only float rounding changed (its
-batch rows summed in other orders, `compare.runner.CALIBRATIONS`). Rounding
-alone separates two correct runs chaotically, so the pair passes when its
-drift stays within `strategy.calibration_multiple` times the largest of
-those curves at every step and its test metrics within the same multiple of
-the calibrations' spread. A flip (a one-step jump of the drift from within
-the band, `FLIP_JUMP`) ends the state comparison: the metrics judge the
-rest.
+(a 1% learning-rate change is 1000x above it). At every checked step every
+pair's step from one shared state must stay within
+`strategy.lockstep_multiple` times the one-step band (`compare.lockstep`):
+the test of correctness at any length, since nothing carries over from one
+step to the next. At the end a pair is either bitwise, or its test metrics
+must lie within `strategy.calibration_multiple` times the spread of the
+calibration runs (the reference trained again with its batch rows summed in
+other orders, `compare.runner.CALIBRATIONS`); their free-running drift
+against the calibration band is shown, not judged: rounding alone separates
+two correct runs chaotically.
 """
 
 import numpy as np
@@ -22,21 +22,6 @@ DIVERGED = "diverged"
 # Drift below this fraction of the reference's largest |param| is float
 # noise (about 8 ulps of the largest weight): the band never goes below it.
 NOISE_FLOOR = 1e-6
-# A one-step rise of a pair's drift by this factor (over its previous drift
-# and the calibration's level), from within the band, is a discrete flip: a
-# ReLU or a max-pool choice that one run takes and the other does not, at a
-# step no calibration run can predict. Measured on correct ports where three
-# calibration runs had none: 80x in one step (data_parallel, 2 devices), 14x
-# (random labels), 5x (accumulation, 1 device); chaotic growth without a
-# flip rose at most 3x a step in the same runs. From a flip on, the two runs
-# are different samples of the same training, and only their test metrics
-# can be compared.
-FLIP_JUMP = 4.0
-# ... and lands within this multiple of the band: a flip moves a few
-# activations, not the whole state. Measured at the flip step: 1.0-55x on
-# correct ports (55x: 16 vmapped ensemble members); a restore that is 0.1%
-# off lands at 1000x and must not pass for a flip.
-FLIP_LANDS_WITHIN = 100.0
 
 
 def first_step(strategy, pairs, firsts) -> list[dict]:
@@ -51,24 +36,6 @@ def _band(drift, calibration, floor):
   """Per-step ratio of a pair's drift to the calibration's running maximum."""
   envelope = np.maximum.accumulate(np.maximum(np.asarray(calibration), floor))
   return np.asarray(drift, np.float64) / envelope
-
-
-def _first_flip(drift, calibration, ratios, multiple):
-  """The index of the first flip (see FLIP_JUMP), or None.
-
-  A flip is a rise by FLIP_JUMP in one step above both the pair's previous
-  drift and the calibration's level there, from a step within the band, to
-  within FLIP_LANDS_WITHIN times the band.
-  """
-  level = np.maximum(np.asarray(drift, np.float64),
-                     np.maximum.accumulate(np.asarray(calibration,
-                                                      np.float64)))
-  for i in range(1, len(level)):
-    if ratios[i - 1] > multiple:
-      return None  # left the band before any flip: not excused
-    if level[i - 1] > 0 and drift[i] >= FLIP_JUMP * level[i - 1]:
-      return i if ratios[i] <= FLIP_LANDS_WITHIN else None
-  return None
 
 
 def _largest_param(host):
@@ -102,9 +69,41 @@ def _metric_check(summaries, a, b, calibration, n_test, multiple):
   return out
 
 
+def lockstep(strategy, checks: dict) -> list[dict]:
+  """Every pair at every checked step, from the shared state, against the
+  one-step band (`compare.lockstep`)."""
+  if not checks["checked_steps"]:
+    return []
+  allowed = checks["multiple"] * checks["band"]
+  results = []
+  for name, pair in checks["pairs"].items():
+    a, b = name.split("~")
+    errors = np.asarray(pair["errors"], np.float64)
+    ratios = errors / checks["band"]
+    failing = np.flatnonzero(errors > allowed)
+    worst = int(np.argmax(ratios)) if len(ratios) else 0
+    if not np.any(errors):
+      verdict = equivalence.BITWISE
+    else:
+      verdict = equivalence.DIFFER if len(failing) else equivalence.CLOSE
+    results.append({
+        "a": a, "b": b, "at": "lockstep", "verdict": verdict,
+        "max_error": float(errors.max(initial=0.0)),
+        "max_ratio": float(ratios.max(initial=0.0)),
+        "worst_step": checks["steps"][worst] if len(ratios) else None,
+        "first_fail_step": (checks["steps"][int(failing[0])]
+                            if len(failing) else None),
+        "first_fail_ratio": (float(ratios[failing[0]]) if len(failing)
+                             else None),
+        "allowed_ratio": checks["multiple"],
+        "stopped_bitwise_at": pair["stopped_bitwise_at"]})
+  return results
+
+
 def final(strategy, pairs, finals, drift, calibration, summaries,
           n_test) -> list[dict]:
-  """Every pair at the end: bitwise, or judged against the calibration."""
+  """Every pair at the end: bitwise, or its test metrics against the
+  calibration runs' spread; the drift against their band is shown."""
   tol = strategy.tolerances["final"]
   multiple = strategy.calibration_multiple
   results = []
@@ -116,23 +115,50 @@ def final(strategy, pairs, finals, drift, calibration, summaries,
       floor = NOISE_FLOOR * _largest_param(finals[b])
       ratios = _band(result["drift_per_step"], calibration["drift_per_step"],
                      floor)
-      flip = _first_flip(result["drift_per_step"],
-                         calibration["drift_per_step"], ratios, multiple)
-      judged = ratios[:flip]  # the state up to a flip, the metrics always
       metrics = _metric_check(summaries, a, b, calibration, n_test, multiple)
-      within = bool(np.all(judged <= multiple)) and all(
-          m["within"] for m in metrics.values())
       result["calibration"] = {
-          "multiple": multiple, "max_ratio": float(np.max(judged)),
-          "worst_step": int(np.argmax(judged)) + 1, "noise_floor": floor,
-          "flip_step": None if flip is None else flip + 1,
-          "max_ratio_after_flip": (None if flip is None else
-                                   float(np.max(ratios[flip:]))),
+          "multiple": multiple, "max_ratio": float(np.max(ratios)),
+          "worst_step": int(np.argmax(ratios)) + 1, "noise_floor": floor,
           "metrics": metrics}
+      within = all(m["within"] for m in metrics.values())
       result["verdict"] = (equivalence.CLOSE if within
                            else equivalence.DIFFER)
     results.append(result)
   return results
+
+
+def handover(switched: dict | None) -> list[dict]:
+  """`--switch-at N`: every port run restored pmap's state at step N to the
+  bit (its digest), or the handover changed the state.
+
+  The lockstep checks place the reference's state at every step, so a
+  restore that changes the port's own state is judged here.
+  """
+  if not switched:
+    return []
+  return [{"a": name, "b": switched["source"], "at": "switch",
+           "step": switched["step"],
+           "verdict": (equivalence.BITWISE
+                       if restored == switched["source_digest"]
+                       else equivalence.DIFFER)}
+          for name, restored in switched["restored"].items()]
+
+
+def first_failure(verdicts: list[dict]) -> str | None:
+  """The earliest lockstep failure in words, or None."""
+  for v in verdicts:
+    if v["at"] == "switch" and v["verdict"] == equivalence.DIFFER:
+      return (f"at the switch, step {v['step']}: {v['a']} restored another "
+              f"state than {v['b']} saved")
+  failing = [v for v in verdicts
+             if v["at"] == "lockstep" and v["verdict"] == equivalence.DIFFER]
+  if not failing:
+    return None
+  v = min(failing, key=lambda v: v["first_fail_step"])
+  return (f"first at step {v['first_fail_step']}: {v['a']} vs {v['b']}, "
+          "their steps from the shared state differ by "
+          f"{v['first_fail_ratio']:.3g}x the one-step band (allowed "
+          f"{v['allowed_ratio']:g}x)")
 
 
 def overall(verdicts: list[dict], diverged: dict) -> str:

@@ -9,6 +9,7 @@ import jax
 from jax import lax
 
 from legacy_pmap import devices
+from workloads import canonical
 from workloads import registry
 
 VARIANTS = ("pmap",)
@@ -64,8 +65,9 @@ def make_evaluate(config, placement):
 
 
 def to_host(state):
-  """Params and optimiser state as numpy, without the device axis."""
-  return devices.fetch({"params": state.params, "opt_state": state.opt_state})
+  """The whole train state as numpy, in the canonical layout (no device
+  axis): `workloads.canonical.fields`."""
+  return devices.fetch(canonical.fields(state))
 
 
 def metrics_to_host(metrics):

@@ -107,14 +107,19 @@ def from_checkpoint(tree, like):
   """A restored tree in pmap's layout: a leading device axis, like `like`.
 
   One program over the whole tree gives each device's copy the leading axis
-  of its own row (`like`'s shardings): nothing moves between devices.
+  of its own row (`like`'s shardings): nothing moves between devices. It is
+  compiled once per layout: the lockstep checks place a state every step.
   """
-  shardings = jax.tree.map(lambda x: x.sharding, like)
-  stack = jax.jit(lambda t: jax.tree.map(
-      lambda x, l: jax.numpy.broadcast_to(x, l.shape), t, like),
-                  out_shardings=shardings)
-  return stack(tree)
+  leaves, treedef = jax.tree.flatten(tree)
+  targets = tuple((x.shape, x.sharding) for x in jax.tree.leaves(like))
+  _STACKS.setdefault(targets, jax.jit(lambda xs: [jax.numpy.broadcast_to(
+      x, shape) for x, (shape, _) in zip(xs, targets)], out_shardings=[
+          sharding for _, sharding in targets]))
+  return jax.tree.unflatten(treedef, _STACKS[targets](leaves))
 # endregion
+
+
+_STACKS = {}
 
 
 ENSEMBLE_AXIS = "ensemble"

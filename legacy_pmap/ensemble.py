@@ -10,6 +10,7 @@ import jax
 from jax import lax
 
 from legacy_pmap import devices
+from workloads import canonical
 from workloads import ensemble
 
 VARIANTS = ("pmap",)
@@ -113,9 +114,9 @@ def make_evaluate(config, placement):
 
 
 def to_host(state):
-  """Params and optimiser state as numpy, with a leading member axis."""
-  return devices.fetch_members({"params": state.params,
-                                "opt_state": state.opt_state})
+  """The whole train state as numpy (`workloads.canonical.fields`), with a
+  leading member axis."""
+  return devices.fetch_members(canonical.fields(state))
 
 
 def metrics_to_host(metrics):

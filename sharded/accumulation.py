@@ -29,6 +29,8 @@ STEP_TAKES_HOST_LOCAL = data_parallel.STEP_TAKES_HOST_LOCAL
 CHECKPOINTS = data_parallel.CHECKPOINTS
 make_evaluate = data_parallel.make_evaluate
 metrics_to_host = data_parallel.metrics_to_host
+# The canonical fields unwrap optax.MultiSteps (workloads.canonical).
+to_host = data_parallel.to_host
 
 
 def create_state(seed, config, placement):
@@ -126,9 +128,3 @@ def make_train_step(config, placement, variant="shard_map"):
   return step
 # endregion
 
-
-def to_host(state):
-  """Params and optimiser state as numpy (already without a device axis)."""
-  return devices.fetch({
-      "params": state.params,
-      "opt_state": microbatches.canonical_opt_state(state.opt_state)})

@@ -12,6 +12,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from sharded import devices
+from workloads import canonical
 from workloads import registry
 
 VARIANTS = ("shard_map", "jit")
@@ -86,8 +87,9 @@ def make_evaluate(config, placement):
 
 
 def to_host(state):
-  """Params and optimiser state as numpy (already without a device axis)."""
-  return devices.fetch({"params": state.params, "opt_state": state.opt_state})
+  """The whole train state as numpy, in the canonical layout (no device
+  axis): `workloads.canonical.fields`."""
+  return devices.fetch(canonical.fields(state))
 
 
 def metrics_to_host(metrics):

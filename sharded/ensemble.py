@@ -18,6 +18,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from sharded import devices
+from workloads import canonical
 from workloads import ensemble
 
 VARIANTS = ("shard_map",)
@@ -169,9 +170,9 @@ def make_evaluate(config, placement):
 
 
 def to_host(state):
-  """Params and optimiser state as numpy, with a leading member axis."""
-  return devices.fetch_members({"params": state.params,
-                                "opt_state": state.opt_state})
+  """The whole train state as numpy (`workloads.canonical.fields`), with a
+  leading member axis."""
+  return devices.fetch_members(canonical.fields(state))
 
 
 def metrics_to_host(metrics):

@@ -217,11 +217,14 @@ def test_tolerance_table_and_programs_come_from_the_registry(copy):
                                                "reason": "measured tiny"})()}
     calibration_multiple = 4.0
     calibration_reason = "tiny calibration"
+    lockstep_multiple = 7.0
+    lockstep_reason = "tiny lockstep"
 
   registry = {**tables.strategies(), "tiny": Tiny()}
   table = guide.tolerance_table(registry)
   assert "| tiny | first step | 2e-05 | 3e-05 | measured tiny |" in table
-  assert "4× the calibration curve" in table
+  assert "4× the calibration runs' spread" in table
+  assert "| tiny | lockstep, every step | - | 7× the one-step band" in table
   names = [line.split(" | ")[0][2:] for line in table.splitlines()[2:]]
   assert list(dict.fromkeys(names)) == list(registry)  # the registry's order
   programs = guide._programs(copy, registry)  # pylint: disable=protected-access

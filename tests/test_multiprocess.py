@@ -117,6 +117,22 @@ def test_two_processes_end_as_one(strategy, tmp_path):
   assert not _left_behind(tmp_path)
 
 
+@pytest.mark.parametrize("strategy", ["data_parallel", "ensemble"])
+def test_a_late_mistake_fails_at_its_step_in_two_processes(strategy,
+                                                           tmp_path):
+  """The lockstep checks place the shared state across processes: a 1%
+  change of the port's update at step 2 only is named at step 2."""
+  out = tmp_path / "report.json"
+  done = _run("compare", "--strategy", strategy, *STRATEGIES[strategy],
+              "--windows", "1", "--processes", "2", "--devices", "4",
+              "--negative-control", "update-1pct-at:2", "--json", out)
+  assert done.returncode == 1, done.stderr[-3000:]
+  report = json.loads(out.read_text())
+  assert report["processes"] == 2
+  assert report["first_failure"].startswith("first at step 2:")
+  assert not _left_behind(tmp_path)
+
+
 def test_training_program_matches_one_process_and_resumes_after_a_kill(
     tmp_path):
   """sharded.train 2 x 4 ends as 1 x 8; legacy_pmap.train killed mid-run

@@ -25,10 +25,13 @@ pytestmark = pytest.mark.skipif(
 # Short runs: the first step and a few after it. The ensemble's CNN is the
 # slowest to compile; one epoch of it is what CI can afford.
 RUNS = {
-    "data_parallel": ["--steps", "3"],
-    "ensemble": ["--epochs", "1"],
-    "accumulation": ["--steps", "3"],
+    "data_parallel": ["--strategy", "data_parallel", "--steps", "3"],
+    "ensemble": ["--strategy", "ensemble", "--epochs", "1"],
+    "accumulation": ["--strategy", "accumulation", "--steps", "3"],
+    "data_parallel_late": ["--strategy", "data_parallel", "--steps", "3",
+                           "--negative-control", "update-1pct-at:2"],
 }
+STRATEGIES = ("accumulation", "data_parallel", "ensemble")
 
 
 def test_this_process_runs_the_original_runtime():
@@ -38,7 +41,7 @@ def test_this_process_runs_the_original_runtime():
 
 
 def _report(strategy, tmp_path):
-  """The JSON report of a short `python -m compare --strategy STRATEGY`.
+  """The JSON report of the short `python -m compare` run `RUNS[strategy]`.
 
   Read from `$SHARDPORT_ORIGINAL_RUNTIME_JSON/STRATEGY.json` where the CI
   script already ran it (printing its table); run here otherwise.
@@ -48,15 +51,15 @@ def _report(strategy, tmp_path):
     return json.loads((pathlib.Path(ran) / f"{strategy}.json").read_text())
   path = tmp_path / f"{strategy}.json"
   done = subprocess.run(
-      [sys.executable, "-m", "compare", "--strategy", strategy,
-       *RUNS[strategy], "--windows", "2", "--json", str(path)],
+      [sys.executable, "-m", "compare", *RUNS[strategy], "--windows", "2",
+       "--json", str(path)],
       env={**os.environ, devices.MERGE_ENV: "0"}, capture_output=True,
       text=True, timeout=600, check=False)
   assert path.exists(), done.stdout[-3000:] + done.stderr[-3000:]
   return json.loads(path.read_text())
 
 
-@pytest.mark.parametrize("strategy", sorted(RUNS))
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_compare_reports_original_runtime_and_bitwise_pmap(strategy,
                                                            tmp_path):
   report = _report(strategy, tmp_path)
@@ -64,5 +67,15 @@ def test_compare_reports_original_runtime_and_bitwise_pmap(strategy,
   assert report["pmap_runtime"] == "original"
   verdicts = {v["at"]: v["verdict"] for v in report["equivalence"]
               if (v["a"], v["b"]) == ("pmap", "shard_map")}
-  assert verdicts == {"first_step": "bitwise", "final": "bitwise"}, verdicts
+  assert verdicts == {"first_step": "bitwise", "lockstep": "bitwise",
+                      "final": "bitwise"}, verdicts
   assert report["verdict"] == "pass"
+
+
+def test_a_late_mistake_fails_at_its_step_on_the_original_runtime(tmp_path):
+  # The port's update 1% off at step 2 of 3 only: the lockstep checks name
+  # step 2 against pmap as users ran it.
+  report = _report("data_parallel_late", tmp_path)
+  assert report["pmap_runtime"] == "original"
+  assert report["verdict"] == "fail"
+  assert report["first_failure"].startswith("first at step 2:")

@@ -20,7 +20,6 @@ import time
 import jax
 from jax.experimental.compilation_cache import compilation_cache
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from training import checkpoints
@@ -32,6 +31,7 @@ from legacy_pmap import data_parallel as legacy_dp
 from legacy_pmap import train as legacy_train
 from sharded import data_parallel as sharded_dp
 from sharded import train as sharded_train
+from tests import checkpoint_files
 from workloads import batches
 from workloads import digest
 
@@ -128,13 +128,18 @@ def _nudged_continuation(backend, strategy, source, data):
 @pytest.mark.parametrize("strategy", ["data_parallel", "ensemble",
                                       "accumulation"])
 def test_a_job_moves_between_backends_bitwise(strategy, finished, tmp_path,
-                                              digits):
+                                              digits, capsys):
   legacy, port = (finished(b, strategy) for b in ("legacy_pmap", "sharded"))
   assert _digest(legacy) == _digest(port)  # pmap and shard_map: bitwise
   for source, target in ((legacy, "sharded"), (port, "legacy_pmap")):
     workdir = _stopped_at(source, 2, tmp_path / target)
+    capsys.readouterr()
     result = _train(target, strategy, workdir)
-    assert result["resumed_from"] == 2
+    # The digest alone cannot tell a resumed run from one that silently
+    # started over (the batches depend only on the seed and the step): the
+    # log, the result and the steps actually taken say where it resumed.
+    assert "resumed from step 2 (" in capsys.readouterr().out
+    assert result["resumed_from"] == 2 and result["steps_run"] == 2
     assert result["resumed_from_backend"] != target
     assert result["state_digest"] == _digest(legacy)
   # Negative control: the same continuation from a state 1e-6 off differs.
@@ -192,8 +197,7 @@ def test_data_parallel_on_fewer_devices_follows_their_normalisation(
   one = reference.make_placement(4)
   state = reference.create_state(config.seed, config, one)
   host = sharded_dp.to_host(start)
-  state = state.replace(params=jax.device_put(host["params"]),
-                        opt_state=jax.device_put(host["opt_state"]))
+  state = state.replace(**jax.device_put(host))
   step = reference.make_train_step(config, one)
   for batch in list(batches.train_batches(digits, config.seed, 64, 4))[2:]:
     state, _ = step(state, reference.put_batch(batch, one))
@@ -207,30 +211,11 @@ def test_data_parallel_on_fewer_devices_follows_their_normalisation(
       ends, jax.tree.leaves(sharded_dp.to_host(eight)))) > 1e-3
 
 
-def _classic_checkpoint(source, into, config, tweak=None):
-  """Step 2 of `source` saved the classic way: one copy per device."""
-  state, _ = handover.resume_into(legacy_dp, legacy_dp.make_placement(8),
-                                     config, source / "checkpoints", step=2,
-                                     strategy="data_parallel")
-  stacked = jax.tree.map(np.array, {"params": state.params,
-                                    "opt_state": state.opt_state})
-  if tweak:
-    tweak(stacked)
-  manager = checkpoints.open_manager(into / "checkpoints")
-  record = checkpoints.run_record("data_parallel", config, "legacy_pmap", 8)
-  manager.save(2, args=ocp.args.Composite(
-      state=ocp.args.StandardSave(stacked),
-      run=ocp.args.JsonSave({**record, "step": 2})))
-  manager.wait_until_finished()
-  manager.close()
-  return into
-
-
 def test_a_classic_replicated_checkpoint_restores(finished, tmp_path, digits,
                                                   capsys):
   full = finished("legacy_pmap", "data_parallel")
   config = _config("data_parallel", digits)
-  workdir = _classic_checkpoint(full, tmp_path / "w", config)
+  workdir = checkpoint_files.classic(full, tmp_path / "w", config)
   result = _train("sharded", "data_parallel", workdir)
   assert result["restored_classic_layout"]
   assert result["state_digest"] == _digest(full)
@@ -240,7 +225,7 @@ def test_a_classic_replicated_checkpoint_restores(finished, tmp_path, digits,
     bias[3, 0] = np.nextafter(bias[3, 0], np.float32(1))
 
   capsys.readouterr()
-  bad = _classic_checkpoint(full, tmp_path / "bad", config, nudge)
+  bad = checkpoint_files.classic(full, tmp_path / "bad", config, nudge)
   assert sharded_train.main(_argv("data_parallel", bad)) == 2
   err = capsys.readouterr().err.strip()
   assert err.startswith("train: error:") and len(err.splitlines()) == 1
@@ -291,32 +276,47 @@ def test_kill_during_a_save_then_resume(finished, tmp_path, compile_once):
       "2", "4"]
 
 
-def _damage(step_dir):
-  """Truncates the largest data file of a checkpoint to half its size."""
-  files = [p for p in (step_dir / "state").rglob("*") if p.is_file()]
-  largest = max(files, key=lambda p: p.stat().st_size)
-  with open(largest, "r+b") as f:
-    f.truncate(largest.stat().st_size // 2)
-
-
-def test_a_damaged_checkpoint_falls_back_to_the_one_before(finished,
-                                                           tmp_path, capsys):
+@pytest.mark.parametrize("damage, says", [
+    (checkpoint_files.delete_array_metadata,
+     "its array metadata, state/_METADATA, is missing"),
+    (checkpoint_files.delete_array_file, "its arrays cannot be read: "),
+    (checkpoint_files.truncate, "its arrays cannot be read: "),
+    (checkpoint_files.zeros_over_array_file, "its arrays cannot be read: "),
+    (checkpoint_files.other_values, "its digest differs"),
+    (checkpoint_files.another_structure,
+     "it holds 15 arrays, this program's state 16"),
+])
+def test_a_damaged_checkpoint_falls_back_to_the_one_before(
+    damage, says, finished, tmp_path, capsys, digits):
   full = finished("sharded", "data_parallel")
   workdir = tmp_path / "w"
   shutil.copytree(full, workdir)
-  _damage(workdir / "checkpoints" / "4")
+  damage(workdir / "checkpoints" / "4", _config("data_parallel", digits))
+  capsys.readouterr()
   result = _train("legacy_pmap", "data_parallel", workdir)
-  err = capsys.readouterr().err
-  assert "warning: checkpoint step 4 is damaged" in err
+  warnings = [line for line in capsys.readouterr().err.splitlines()
+              if "warning:" in line]
+  assert len(warnings) == 1, warnings
+  assert warnings[0].startswith(
+      "train: warning: checkpoint step 4 is damaged (")
+  assert says in warnings[0] and warnings[0].endswith("resuming from step 2")
   assert result["resumed_from"] == 2 and result["damaged_checkpoints"] == [4]
   assert result["state_digest"] == _digest(full)
   assert any(p.name.startswith("4.damaged-")
              for p in (workdir / "checkpoints").iterdir())
+
+
+def test_no_checkpoint_that_restores_is_refused(finished, tmp_path, capsys):
+  workdir = tmp_path / "w"
+  shutil.copytree(finished("sharded", "data_parallel"), workdir)
   # With every checkpoint damaged nothing is moved, and the run refuses.
   (workdir / "checkpoints" / "2" / "run" / "metadata").write_text("{")
-  _damage(workdir / "checkpoints" / "4")
+  checkpoint_files.truncate(workdir / "checkpoints" / "4")
+  capsys.readouterr()
   assert legacy_train.main(_argv("data_parallel", workdir)) == 2
-  assert "no checkpoint in" in capsys.readouterr().err
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("train: error: no checkpoint in")
+  assert len(err.splitlines()) == 1
   assert (workdir / "checkpoints" / "4").exists()
 
 
@@ -383,3 +383,11 @@ def test_resume_into_and_write_checkpoint_for_compare(finished, tmp_path,
   assert step == 2
   assert digest.state_digest(sharded_dp.to_host(port)) == \
       digest.state_digest(legacy_dp.to_host(state))
+  # Negative control: the same state handed over as step 3 (a switch one
+  # step early) restores with the step counter of 3, which its digest,
+  # taken at 2, refuses.
+  handover.write_checkpoint(legacy_dp, state, config, tmp_path / "c", 3,
+                            strategy="data_parallel")
+  with pytest.raises(checkpoints.DamagedCheckpoint, match="digest differs"):
+    handover.resume_into(sharded_dp, sharded_dp.make_placement(8), config,
+                         tmp_path / "c", strategy="data_parallel")

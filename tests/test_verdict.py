@@ -48,45 +48,59 @@ def test_every_strategy_passes_from_the_command_line(tmp_path, strategy):
   assert len(set(accuracies.values())) == 1, accuracies
 
 
-@pytest.mark.parametrize("strategy, control", [
-    (name, control.name) for name, spec in strategies.STRATEGIES.items()
-    for control in spec.negative_controls])
-def test_negative_controls_exit_1(tmp_path, strategy, control):
-  code, report = _run(tmp_path, strategy, "--negative-control", control)
+@pytest.mark.parametrize("strategy, name", [
+    (strategy, control.name)
+    for strategy, spec in strategies.STRATEGIES.items()
+    for control in spec.negative_controls if control.at_step is None])
+def test_negative_controls_exit_1(tmp_path, strategy, name):
+  code, report = _run(tmp_path, strategy, "--negative-control", name)
   assert code == 1 and report["verdict"] == "fail", report["equivalence"]
   # The mistake is caught after the first step already.
   assert any(v["verdict"] == "differ" for v in report["equivalence"]
              if v["at"] == "first_step")
 
 
-def test_same_command_twice_gives_the_same_numbers(tmp_path):
-  _, first = _run(tmp_path, "data_parallel")
-  _, second = _run(tmp_path, "data_parallel")
-  for name, run in first["runs"].items():
-    assert run["state_digest"] == second["runs"][name]["state_digest"]
-    assert run["losses"] == second["runs"][name]["losses"]
-  drop = lambda vs: [{k: v for k, v in x.items()} for x in vs]
-  assert drop(first["equivalence"]) == drop(second["equivalence"])
-  assert (first["calibration"]["drift_per_step"] ==
-          second["calibration"]["drift_per_step"])
-  # The band is the largest drift of every calibration run, step by step.
-  samples = first["calibration"]["samples"]
-  assert set(samples) == set(runner.CALIBRATIONS)
-  curves = [s["drift_per_step"] for s in samples.values()]
-  assert first["calibration"]["drift_per_step"] == [max(d) for d in
-                                                    zip(*curves)]
-  assert len({s["state_digest"] for s in samples.values()}) == len(samples)
+@pytest.mark.parametrize("strategy, control", [
+    *[(s, "update-1pct-from:2") for s in strategies.STRATEGIES],
+    *[(s, f"update-1pct-at:{SHORT[s][1]}") for s in strategies.STRATEGIES],
+    ("data_parallel", "update-1pct-at:1")])
+def test_a_late_mistake_is_named_at_its_step(tmp_path, strategy, control):
+  # From step 2 on, and at the last step (or the first) only.
+  step = int(control.split(":")[1])
+  code, report = _run(tmp_path, strategy, "--negative-control", control)
+  assert code == 1
+  assert report["first_failure"].startswith(f"first at step {step}:")
+  failing = [v for v in report["equivalence"]
+             if v["at"] == "lockstep" and v["verdict"] == "differ"]
+  assert {v["first_fail_step"] for v in failing} == {step}
+  # 1% of the update against a band of rounding: far beyond the multiple.
+  assert min(v["first_fail_ratio"] for v in failing) > 10 * max(
+      v["allowed_ratio"] for v in failing)
+  if step > 1:
+    # Only the lockstep checks see it: the first step and the final test
+    # metrics pass.
+    assert all(v["verdict"] != "differ" for v in report["equivalence"]
+               if v["at"] != "lockstep")
 
 
-def test_a_blow_up_exits_3_with_the_step_named(tmp_path, capsys):
-  code, report = _run(tmp_path, "data_parallel", "--learning-rate", "1e9")
-  assert code == 3
-  assert report["verdict"] == "diverged" and report["diverged_at"] >= 1
-  assert f"diverged at step {report['diverged_at']}" in capsys.readouterr().out
-  # pmap and shard_map blew up into the same bits: still bitwise.
-  pairs = {(v["a"], v["b"], v["at"]): v["verdict"]
-           for v in report["equivalence"]}
-  assert pairs[("pmap", "shard_map", "final")] == "bitwise"
+def test_a_late_mistake_is_caught_after_a_switch(tmp_path):
+  code, report = _run(tmp_path, "data_parallel", "--switch-at", "1",
+                      "--negative-control", "update-1pct-at:3")
+  assert code == 1 and report["first_failure"].startswith("first at step 3:")
+
+
+def test_check_every_skips_the_steps_between(tmp_path):
+  # Negative control for the cadence: a one-step mistake at an unchecked
+  # step is not seen (the report says which steps were checked).
+  code, report = _run(tmp_path, "data_parallel", "--steps", "5",
+                      "--check-every", "2", "--negative-control",
+                      "update-1pct-at:3")
+  assert report["lockstep"]["steps"] == [1, 2, 4, 5]
+  assert code == 0 and report["verdict"] == "pass"
+  code, report = _run(tmp_path, "data_parallel", "--steps", "5",
+                      "--check-every", "2", "--negative-control",
+                      "update-1pct-at:4")
+  assert code == 1 and report["first_failure"].startswith("first at step 4:")
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -95,6 +109,11 @@ def test_a_blow_up_exits_3_with_the_step_named(tmp_path, capsys):
     (["--momentum", "1.5"], "--momentum must be in [0, 1)"),
     (["--workload", "linreg", "--dataset", "digits"], "takes examples of"),
     (["--negative-control", "nope"], "unknown --negative-control"),
+    (["--negative-control", "update-1pct-at"], "takes a step"),
+    (["--negative-control", "update-1pct-at:0"], "takes a step"),
+    (["--negative-control", "gradient-trap:3"], "takes no step"),
+    (["--negative-control", "update-1pct-from:201"], "past the last step"),
+    (["--check-every", "0"], "--check-every must be at least 1"),
     (["--plot", "/nonexistent/dir/p.png"], "--plot /nonexistent"),
     (["--strategy", "ensemble", "--workload", "linreg"], "trains cnn"),
     (["--strategy", "ensemble", "--members", "12"], "multiple of the device"),
@@ -110,23 +129,59 @@ def test_bad_config_exits_2_in_one_line(argv, message, capsys):
   assert message in err and err.count("\n") == 1, err
 
 
-def test_calibrated_check_fails_a_pair_above_the_band():
+def _checks(errors, band=1e-5, multiple=10.0):
+  return {"multiple": multiple, "band": band, "checked_steps": len(errors),
+          "steps": list(range(1, len(errors) + 1)),
+          "pairs": {"a~b": {"errors": errors, "stopped_bitwise_at": None}}}
+
+
+@pytest.mark.parametrize("errors, verdict, first", [
+    ([0.0, 0.0, 0.0], "bitwise", None),
+    ([2e-5, 9e-5, 1e-5], "close", None),
+    # One step at 1% of the update (a branch ported wrongly, taken once):
+    # nothing before or after excuses it.
+    ([2e-5, 1e-2, 1e-5], "differ", 2),
+    # A jump from within the band at the last step (what the old flip rule
+    # excused): caught at its step.
+    ([1e-5, 1e-5, 4e-4], "differ", 3),
+])
+def test_lockstep_verdict_names_the_first_step_over_the_band(errors, verdict,
+                                                             first):
+  strategy = strategies.get("data_parallel")
+  result = verdicts.lockstep(strategy, _checks(errors))[0]
+  assert result["verdict"] == verdict
+  assert result["first_fail_step"] == first
+  failure = verdicts.first_failure([result])
+  assert (failure is None) == (first is None)
+  if first:
+    assert failure.startswith(f"first at step {first}: a vs b")
+
+
+def test_no_lockstep_verdict_without_checks():
+  strategy = strategies.get("data_parallel")
+  assert verdicts.lockstep(strategy, _checks([])) == []
+
+
+def test_final_verdict_judges_the_metrics_not_the_drift():
   strategy = strategies.get("data_parallel")
   host = {"params": {"w": np.ones(3, np.float32)}, "opt_state": ()}
   moved = {"params": {"w": np.full(3, 1.1, np.float32)}, "opt_state": ()}
   calibration = {"drift_per_step": [1e-3, 1e-3],
                  "summaries": [{"test_loss": 1.0, "test_accuracy": 0.9}]}
-  summaries = {name: {"test_loss": 1.0, "test_accuracy": 0.9}
-               for name in ("a", "b", "reference")}
-  within = verdicts.final(strategy, [("a", "b")], {"a": moved, "b": host},
-                          {"a~b": [1e-3, 2e-3]}, calibration, summaries, 100)
-  assert within[0]["verdict"] == "close"
-  # Negative control: the same pair drifting to 7x the band (in steps
-  # smaller than a flip) fails.
-  above = verdicts.final(strategy, [("a", "b")], {"a": moved, "b": host},
-                         {"a~b": [2e-3, 7e-3]}, calibration, summaries, 100)
-  assert above[0]["verdict"] == "differ"
-  assert above[0]["calibration"]["worst_step"] == 2
+
+  def final(loss):
+    summaries = {"reference": {"test_loss": 1.0, "test_accuracy": 0.9},
+                 "a": {"test_loss": loss, "test_accuracy": 0.9},
+                 "b": {"test_loss": 1.0, "test_accuracy": 0.9}}
+    return verdicts.final(strategy, [("a", "b")], {"a": moved, "b": host},
+                          {"a~b": [2e-3, 7e-3]}, calibration, summaries,
+                          100)[0]
+
+  # Drift 7x the band is shown, not judged; a test-loss gap beyond the
+  # calibration spread fails.
+  assert final(1.0)["verdict"] == "close"
+  assert final(1.0)["calibration"]["max_ratio"] == pytest.approx(7.0)
+  assert final(1.5)["verdict"] == "differ"
 
 
 def test_calibration_band_is_the_largest_drift_of_its_runs():
@@ -146,38 +201,6 @@ def test_calibration_band_is_the_largest_drift_of_its_runs():
   assert "across the whole batch" in (
       report["samples"]["calibration_batch"]["perturbation"])
   assert not drift  # every calibration curve moved into the report
-
-
-@pytest.mark.parametrize("drift, test_loss, verdict, flip_step", [
-    # Within the band, then 80x in one step (a ReLU that flipped in one
-    # run only): the state comparison ends there; the metrics agree.
-    ([1e-7, 1e-7, 8e-6, 3e-5, 3e-5], 1.0, "close", 3),
-    # The same flip with test metrics apart: the metrics judge, and fail.
-    ([1e-7, 1e-7, 8e-6, 3e-5, 3e-5], 1.5, "differ", 3),
-    # A jump from within the band far beyond what a flip moves (a state
-    # changed by 0.1% at once, as a wrong restore does): not a flip.
-    ([1e-7, 1e-7, 1e-3, 1e-3, 1e-3], 1.0, "differ", None),
-    # Out of the band before the jump (a wrong port from the start): the
-    # jump excuses nothing.
-    ([1e-5, 2e-5, 8e-4, 3e-3, 3e-3], 1.0, "differ", None),
-    # Leaving the band (the noise floor here) 3x a step, slower than a
-    # flip: fails.
-    ([1e-7, 3e-7, 9e-7, 2.7e-6, 8.1e-6], 1.0, "differ", None),
-])
-def test_a_flip_ends_the_state_comparison(drift, test_loss, verdict,
-                                          flip_step):
-  strategy = strategies.get("data_parallel")
-  host = {"params": {"w": np.ones(3, np.float32)}, "opt_state": ()}
-  moved = {"params": {"w": np.full(3, 1.001, np.float32)}, "opt_state": ()}
-  summaries = {"reference": {"test_loss": 1.0, "test_accuracy": 0.9},
-               "a": {"test_loss": test_loss, "test_accuracy": 0.9},
-               "b": {"test_loss": 1.0, "test_accuracy": 0.9}}
-  calibration = {"drift_per_step": [1e-7] * 5, "summaries": [
-      {"test_loss": 1.0, "test_accuracy": 0.9}]}
-  result = verdicts.final(strategy, [("a", "b")], {"a": moved, "b": host},
-                          {"a~b": drift}, calibration, summaries, 100)[0]
-  assert result["verdict"] == verdict
-  assert result["calibration"]["flip_step"] == flip_step
 
 
 def test_metric_spread_is_the_widest_calibration_runs():
@@ -236,4 +259,7 @@ def test_switch_at_catches_a_wrong_restore(tmp_path, monkeypatch):
   assert code == 1
   pairs = {(v["a"], v["b"], v["at"]): v["verdict"]
            for v in report["equivalence"]}
-  assert pairs[("pmap", "shard_map", "final")] == "differ"
+  # The lockstep checks place the reference's state every step, so the
+  # handover check is the one that sees a state changed by the restore.
+  assert pairs[("shard_map", "pmap", "switch")] == "differ"
+  assert report["first_failure"].startswith("at the switch, step 1:")

@@ -4,16 +4,22 @@ A checkpoint is one step directory under `W/checkpoints`, written by an
 Orbax `CheckpointManager` (a temporary directory renamed on commit, so a
 save cut short is never listed) with two items:
 
-- `state`: `{"params", "opt_state"}` in the canonical layout of the programs'
-  `to_host` (no device axis for replicated state, a leading member axis for
-  ensembles, optax.MultiSteps' wrapper removed), as global `jax.Array`s, so
-  that Orbax writes each array once, cooperatively across processes.
+- `state`: the train state's canonical fields but the step (`saved_fields`),
+  in the layout of the programs' `to_host` (no device axis for replicated
+  state, a leading member axis for ensembles, optax.MultiSteps' wrapper
+  removed), as global `jax.Array`s, so that Orbax writes each array once,
+  cooperatively across processes.
 - `run`: JSON: the strategy and config, who wrote it (backend, devices), the
-  optimiser step and the state's digest (`workloads.digest`).
+  optimiser step and the whole state's digest (`workloads.digest`).
 
 Restoring goes straight into a backend's layout: every leaf is restored onto
 the sharding the backend's own initial state has (the devices module's
 `checkpoint_target` / `from_checkpoint`), then takes that state's place.
+
+A step that cannot be read as this program's state (a file missing or cut
+short, metadata gone, arrays of another structure, values whose digest
+differs) is damaged: `restore_newest` moves it aside and falls back. Only a
+record that says another run wrote it is refused (`CheckpointError`).
 """
 
 import dataclasses
@@ -28,8 +34,8 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
+from workloads import canonical
 from workloads import digest
-from workloads import microbatches
 
 STATE, RUN = "state", "run"
 # Config fields a resumed run may change: how long it runs and how its
@@ -40,6 +46,24 @@ MAY_DIFFER = ("steps", "epochs", "member_loop", "accum_loop")
 class CheckpointError(ValueError):
   """A checkpoint that this run must not continue from (exit 2)."""
 
+
+class DamagedCheckpoint(ValueError):
+  """A step that cannot be read as this program's state; `why` says how."""
+
+  def __init__(self, step: int, why: str):
+    super().__init__(f"checkpoint step {step} is damaged ({why})")
+    self.why = why
+
+
+def saved_fields(state) -> dict:
+  """What a checkpoint holds of `state`: its canonical fields but the step.
+
+  The step is the checkpoint's own step number (`rebuild` sets it), and
+  the digest saved beside the arrays covers it.
+  """
+  tree = canonical.fields(state)
+  del tree["step"]
+  return tree
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,13 +88,11 @@ class Layout:
     return cls(module, module.CHECKPOINTS, calls_per_step)
 
   def saved(self, state):
-    """The state's `{"params", "opt_state"}` as the checkpoint holds them."""
-    return self.placement.to_checkpoint({
-        "params": state.params,
-        "opt_state": microbatches.canonical_opt_state(state.opt_state)})
+    """The state's `saved_fields` as the checkpoint holds them."""
+    return self.placement.to_checkpoint(saved_fields(state))
 
-  def digest(self, state) -> str:
-    return digest.state_digest(self.module.to_host(state))
+  def digest(self, state, version: int = digest.VERSION) -> str:
+    return digest.state_digest(self.module.to_host(state), version)
 
 
 def open_manager(directory, max_to_keep=None,
@@ -123,7 +145,8 @@ def save(manager, step: int, state, layout: Layout, record: dict) -> float:
   manager.save(step, args=ocp.args.Composite(**{
       STATE: ocp.args.StandardSave(layout.saved(state)),
       RUN: ocp.args.JsonSave({**record, "step": step,
-                              "state_digest": layout.digest(state)})}))
+                              "state_digest": layout.digest(state),
+                              "digest_version": digest.VERSION})}))
   return time.perf_counter() - start
 
 
@@ -155,30 +178,55 @@ class Restored:
 
 
 def _one_line(err: BaseException) -> str:
+  """The innermost error behind `err`, in one line: Orbax wraps the
+  tensorstore error that names the array and what is wrong with its file."""
+  while err.__cause__ or err.__context__:
+    err = err.__cause__ or err.__context__
   text = str(err).strip().splitlines()
-  return f"{type(err).__name__}: {text[0][:160] if text else ''}"
+  return f"{type(err).__name__}: {text[0][:200] if text else ''}"
 
 
 def _is_classic(manager, step, target) -> int:
-  """The replica count if every leaf was saved with a leading device axis."""
+  """The replica count if every leaf was saved with a leading device axis.
+
+  Raises:
+    DamagedCheckpoint: the array metadata is gone, or the arrays are not
+      this program's state (another count, or shapes that are neither the
+      state's nor the state's with one device axis).
+  """
   metadata = manager.item_metadata(step)[STATE]
   saved = [tuple(m.shape) for m in jax.tree.leaves(metadata)]
-  wanted = [tuple(t.shape) for t in jax.tree.leaves(target)]
+  paths, wanted = zip(*[(jax.tree_util.keystr(p), tuple(t.shape)) for p, t
+                        in jax.tree_util.tree_leaves_with_path(target)])
+  if not saved:
+    # Orbax reads a step whose state/_METADATA is gone as an empty item.
+    raise DamagedCheckpoint(step, "its array metadata, state/_METADATA, is "
+                            "missing or unreadable")
   if len(saved) != len(wanted):
-    raise CheckpointError(f"the checkpoint at step {step} holds "
-                          f"{len(saved)} arrays; this program has "
-                          f"{len(wanted)}")
-  if saved == wanted:
+    raise DamagedCheckpoint(step, f"it holds {len(saved)} arrays, this "
+                            f"program's state {len(wanted)}")
+  if tuple(saved) == wanted:
     return 0
   replicas = {s[0] for s, w in zip(saved, wanted) if s[1:] == w}
   if len(replicas) == 1 and all(s[1:] == w for s, w in zip(saved, wanted)):
     return replicas.pop()
-  raise CheckpointError(f"the checkpoint at step {step} holds arrays of "
-                        "other shapes than this program's")
+  path, there, here = next(
+      ((p, s, w) for p, s, w in zip(paths, saved, wanted)
+       if w not in (s, s[1:])), ("", None, None))
+  raise DamagedCheckpoint(step, f"its array {path} has shape {there}, this "
+                          f"program's {here}" if path else "its arrays are "
+                          "neither this program's shapes nor those with one "
+                          "device axis")
 
 
 def _collapse_replicas(tree, step):
-  """One copy of a tree saved with a device axis; its replicas must agree."""
+  """One copy of a tree saved with a device axis; its replicas must agree.
+
+  Replicas that differ are fatal, not damage: the files read back whole
+  (damaged files fail to read or fail the digest), so the classic program
+  that wrote them let its replicas drift apart. That is a bug in the
+  writer, which its older checkpoints share: falling back would hide it.
+  """
   def collapse(path, x):
     x = np.asarray(x)
     for i in range(1, len(x)):
@@ -212,7 +260,7 @@ def _restore_tree(manager, step, target):
 
 
 def rebuild(like, tree, step: int, calls_per_step: int = 1):
-  """The train state `like` with the restored params and optimiser state.
+  """The train state `like` with the restored fields (`saved_fields`).
 
   `like` is the backend's initial state: it brings the layout, the static
   fields (`apply_fn`, `tx`) and the step counter, advanced to `step`. Under
@@ -224,14 +272,13 @@ def rebuild(like, tree, step: int, calls_per_step: int = 1):
     opt_state = like.opt_state._replace(
         inner_opt_state=opt_state,
         gradient_step=like.opt_state.gradient_step + step)
-  return like.replace(params=tree["params"], opt_state=opt_state,
+  return like.replace(**{**tree, "opt_state": opt_state},
                       step=like.step + step * calls_per_step)
 
 
 def restore_step(manager, step: int, like, layout: Layout):
   """Step `step` in the layout of `like`; returns `(state, classic)`."""
-  like_tree = {"params": like.params,
-               "opt_state": microbatches.canonical_opt_state(like.opt_state)}
+  like_tree = saved_fields(like)
   target = layout.placement.checkpoint_target(like_tree)
   tree, classic = _restore_tree(manager, step, target)
   tree = layout.placement.from_checkpoint(tree, like_tree)
@@ -240,11 +287,51 @@ def restore_step(manager, step: int, like, layout: Layout):
 
 
 def check_digest(state, layout, record, step):
-  """Raises when the restored state is not the one that was saved."""
+  """Raises DamagedCheckpoint when the restored state is not the one saved.
+
+  A record without a `digest_version` was written when the digest covered
+  the params and optimiser state only (version 1), and is checked by that
+  definition: older is not damaged. A newer version is a CheckpointError.
+  """
   expected = record.get("state_digest")
-  if expected and layout.digest(state) != expected:
-    raise ValueError(f"step {step} restores to other values than were "
-                     "saved (its digest differs)")
+  if not expected:
+    return
+  version = record.get("digest_version", 1)
+  if version not in digest.VERSIONS:
+    raise CheckpointError(
+        f"the checkpoint at step {step} has a digest of version {version}, "
+        f"this program knows {', '.join(map(str, digest.VERSIONS))}: it was "
+        "written by a newer program")
+  if layout.digest(state, version) != expected:
+    raise DamagedCheckpoint(step, "it restores to other values than were "
+                            "saved: its digest differs")
+
+
+def _read(manager, step, like, layout, current):
+  """Step `step` restored and checked: `(record, state, classic)`.
+
+  Raises:
+    CheckpointError: its record says another run wrote it; replicas that
+      differ; a digest of a newer program.
+    DamagedCheckpoint: anything else that keeps it from restoring, named.
+  """
+  try:
+    record = read_record(manager, step)
+  except Exception as err:  # pylint: disable=broad-except
+    raise DamagedCheckpoint(
+        step, f"its run record cannot be read: {_one_line(err)}") from err
+  check_same_run(record, current, step)
+  try:
+    state, classic = restore_step(manager, step, like, layout)
+  except (CheckpointError, DamagedCheckpoint):
+    raise
+  except Exception as err:  # pylint: disable=broad-except
+    # Orbax and tensorstore raise plain Exceptions for missing or truncated
+    # files.
+    raise DamagedCheckpoint(
+        step, f"its arrays cannot be read: {_one_line(err)}") from err
+  check_digest(state, layout, record, step)
+  return record, state, classic
 
 
 def _move_aside(manager, step) -> str:
@@ -259,9 +346,11 @@ def restore_newest(manager, like, layout: Layout, current: dict,
                    warn=None) -> Restored | None:
   """The newest checkpoint that restores, in the layout of `like`.
 
-  A step that fails to restore (a file truncated or deleted, a digest that
-  does not match) is skipped with a warning for the one before it; once one
-  restores, the damaged newer ones are moved aside (renamed, not deleted).
+  A step that cannot be read as this program's state (a file truncated or
+  deleted, its array metadata gone, arrays of another structure, a digest
+  that does not match) is damaged and skipped for the one before it; once
+  one restores, the damaged newer ones are moved aside (renamed, not
+  deleted), each with a one-line warning naming its damage.
 
   Args:
     manager: the workdir's checkpoint manager.
@@ -274,7 +363,8 @@ def restore_newest(manager, like, layout: Layout, current: dict,
     The restored state, or None where there is no checkpoint.
 
   Raises:
-    CheckpointError: a checkpoint of another run; replicas that differ; or
+    CheckpointError: a checkpoint whose record says another run (strategy,
+      config, seed); replicas that differ; a digest of a newer program; or
       no checkpoint restores at all (nothing is moved aside then).
   """
   warn = warn or (lambda line: print(line, file=sys.stderr))
@@ -282,16 +372,14 @@ def restore_newest(manager, like, layout: Layout, current: dict,
   for step in sorted(manager.all_steps(), reverse=True):
     start = time.perf_counter()
     try:
-      record = read_record(manager, step)
-      check_same_run(record, current, step)
-      state, classic = restore_step(manager, step, like, layout)
-      check_digest(state, layout, record, step)
+      record, state, classic = _read(manager, step, like, layout, current)
     except CheckpointError:
       raise
     except Exception as err:  # pylint: disable=broad-except
-      # Orbax and tensorstore raise plain Exceptions for missing or
-      # truncated files: anything here means this step cannot be used.
-      failures.append((step, _one_line(err)))
+      # Anything else (a record that parses but lacks a field, say) means
+      # this step cannot be used either.
+      failures.append((step, err.why if isinstance(err, DamagedCheckpoint)
+                       else _one_line(err)))
       continue
     seconds = time.perf_counter() - start
     for bad, why in failures:

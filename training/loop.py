@@ -34,7 +34,6 @@ from training import workdir as workdirs
 from workloads import batches
 from workloads import datasets
 from workloads import digest
-from workloads import microbatches
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +186,9 @@ class _Loop:
   test_batch: Any
   save_s: list = dataclasses.field(default_factory=list)
   since_eval: list = dataclasses.field(default_factory=list)
+  # Steps this run took, counted as they run (not steps - start): a loop
+  # that restarted from 0 ends with the same digest, but not the same count.
+  steps_run: int = 0
   timed_steps: int = 0
   timed_s: float = 0.0
   eval_s: float = 0.0
@@ -246,6 +248,7 @@ def _train(job, manager, state, start, progress):
     for done, host_batch in enumerate(bar, start + 1):
       state, metrics = loop.step(state, job.module.put_batch(host_batch,
                                                              job.placement))
+      loop.steps_run += 1
       if dispatch.max_in_flight() == 1:
         jax.block_until_ready(state)  # queued collectives deadlock CPU
       loop.since_eval.append(run_metrics.train_metrics(job.module, metrics))
@@ -301,7 +304,6 @@ def run(job: TrainingJob, progress: bool = False) -> dict:
 
 
 def _result(job, state, loop, restored, start, wait_s):
-  steps_run = job.config.steps - start
   return {
       "program": f"python -m {job.backend}.train",
       "backend": job.backend, "variant": job.module.VARIANTS[0],
@@ -310,7 +312,7 @@ def _result(job, state, loop, restored, start, wait_s):
       "devices": run_metrics.global_devices(job.n_devices),
       "processes": jax.process_count(), "platform": jax.default_backend(),
       "steps": job.config.steps, "resumed_from": start if restored else None,
-      "steps_run": steps_run,
+      "steps_run": loop.steps_run,
       "state_digest": digest.state_digest(job.module.to_host(state)),
       "steps_per_s": (loop.timed_steps / loop.timed_s
                       if loop.timed_s else None),

@@ -29,10 +29,21 @@ class StrategyModule(Protocol):
       slice) or the whole global batch in every process (ensembles, the
       one-device references). The same in one process, where the rows are
       the whole batch.
+    BACKEND: the backend's name (`legacy_pmap`, `sharded`, `reference`), as
+      checkpoints and reports record it.
+    STEP_TAKES_HOST_LOCAL: whether, with many processes, the step converts
+      host-local arrays itself (pmap), so that it is called as it is and
+      never as an ahead-of-time executable (which takes global arrays).
+    CHECKPOINTS: how the state maps to a checkpoint and back: the backend's
+      `devices` module, or its `MemberCheckpoints` for ensembles (None for
+      the references, which are never saved).
   """
 
   VARIANTS: tuple[str, ...]
   PROCESS_LOCAL_BATCH: bool
+  BACKEND: str
+  STEP_TAKES_HOST_LOCAL: bool
+  CHECKPOINTS: Any
 
   def make_placement(self, n_devices: int) -> Any:
     """The devices (pmap), mesh (sharded) or device (reference) to run on."""
@@ -53,9 +64,13 @@ class StrategyModule(Protocol):
     """The compiled `(state, batch) -> metric sums and counts`."""
 
   def to_host(self, state: State) -> HostState:
-    """`{"params", "opt_state"}` as numpy in the canonical layout.
+    """The whole train state as numpy in the canonical layout.
 
-    The canonical layout has no device axis for data-parallel programs and a
+    Every field of the state (`workloads.canonical.fields`): `params`,
+    `opt_state`, `step` and any other collection it carries, so that a
+    digest over it sees a change anywhere. Under optax.MultiSteps the
+    optimiser state is the inner one and `step` counts optimiser steps. The
+    canonical layout has no device axis for data-parallel programs and a
     leading member axis for ensembles.
     """
 

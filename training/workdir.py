@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from launch import files
-from workloads import microbatches
+from training import checkpoints
 
 
 class WorkdirError(ValueError):
@@ -34,9 +34,8 @@ def check_workdir(workdir):
 
 def check_space(job, like):
   """Raises WorkdirError when the disk cannot hold the checkpoints kept."""
-  tree = {"params": like.params,
-          "opt_state": microbatches.canonical_opt_state(like.opt_state)}
-  targets = job.layout.placement.checkpoint_target(tree)
+  targets = job.layout.placement.checkpoint_target(
+      checkpoints.saved_fields(like))
   size = sum(np.prod(t.shape) * t.dtype.itemsize
              for t in jax.tree.leaves(targets))
   needed = (job.schedule.max_to_keep + 1) * size + 2**20

@@ -2,8 +2,9 @@
 
 Two runs, backends, process layouts or machines that hold the same bits get
 the same digest, whatever their placement, so a digest compares runs that
-never met. It hashes the canonical host layout (`to_host`: no device axis for
-replicated state, a leading member axis for ensembles).
+never met. It hashes the canonical host layout (`to_host`: every field of the
+train state, `workloads.canonical`; no device axis for replicated state, a
+leading member axis for ensembles).
 """
 
 import hashlib
@@ -11,20 +12,37 @@ import hashlib
 import jax
 import numpy as np
 
+# Version 2 hashes the whole state `to_host` gives (params, optimiser state,
+# step and any other collection). Version 1 hashed `params` and `opt_state`
+# only: checkpoints written then record no version and are checked by it.
+VERSION = 2
+VERSIONS = (1, 2)
+_VERSION_1_FIELDS = ("params", "opt_state")
 
-def state_digest(host_state) -> str:
+
+def state_digest(host_state, version: int = VERSION) -> str:
   """The sha256 of a pytree of host arrays, in a fixed leaf order.
 
   Every leaf contributes its path, dtype, shape and raw bytes, so states that
   differ only in a dtype or a shape (same bytes) still get different digests.
 
   Args:
-    host_state: a pytree of numpy arrays or scalars (e.g.
-      `{"params", "opt_state"}` from a backend's `to_host`).
+    host_state: a pytree of numpy arrays or scalars (e.g. a backend's
+      `to_host`: `{"params", "opt_state", "step", ...}`).
+    version: the definition to compute (`VERSIONS`); version 1 takes only
+      the `params` and `opt_state` of `host_state`.
 
   Returns:
     The hex digest, 64 characters.
+
+  Raises:
+    ValueError: a version not in `VERSIONS`.
   """
+  if version not in VERSIONS:
+    raise ValueError(f"unknown digest version {version}; this program knows "
+                     f"{', '.join(map(str, VERSIONS))}")
+  if version == 1:
+    host_state = {k: host_state[k] for k in _VERSION_1_FIELDS}
   digest = hashlib.sha256()
   leaves = jax.tree_util.tree_leaves_with_path(host_state)
   for path, leaf in sorted(leaves, key=lambda kv: jax.tree_util.keystr(kv[0])):

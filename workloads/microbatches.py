@@ -127,3 +127,17 @@ def canonical_opt_state(opt_state):
   if isinstance(opt_state, optax.MultiStepsState):
     return opt_state.inner_opt_state
   return opt_state
+
+
+def canonical_step(state):
+  """The train state's count of optimiser steps.
+
+  Under optax.MultiSteps the state's own counter counts calls (K per
+  optimiser step) and optax counts the optimiser steps (`gradient_step`):
+  that count is what every other loop and the reference hold as `step`.
+  The call counter is not kept: it follows from the optimiser steps on
+  restore (`training.checkpoints.rebuild`).
+  """
+  if isinstance(state.opt_state, optax.MultiStepsState):
+    return state.opt_state.gradient_step
+  return state.step

@@ -3,6 +3,7 @@
 import jax
 
 from compare.reference import OneDevice
+from workloads import canonical
 from workloads import registry
 
 VARIANTS = ("reference",)
@@ -52,7 +53,8 @@ def make_evaluate(config, placement):
 
 
 def to_host(state):
-  return jax.device_get({"params": state.params, "opt_state": state.opt_state})
+  """The whole train state as numpy (`workloads.canonical.fields`)."""
+  return jax.device_get(canonical.fields(state))
 
 
 def metrics_to_host(metrics):

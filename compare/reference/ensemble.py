@@ -13,6 +13,7 @@ from jax import lax
 import numpy as np
 
 from compare.reference import OneDevice
+from workloads import canonical
 from workloads import ensemble
 
 VARIANTS = ("reference",)
@@ -92,9 +93,9 @@ def make_evaluate(config, placement):
 
 
 def to_host(state):
-  """Params and optimiser state as numpy, members stacked on a leading axis."""
-  members = jax.device_get([{"params": s.params, "opt_state": s.opt_state}
-                            for s in state])
+  """The whole train state as numpy (`workloads.canonical.fields`), members
+  stacked on a leading axis."""
+  members = jax.device_get([canonical.fields(s) for s in state])
   return jax.tree.map(lambda *xs: np.stack(xs), *members)
 
 

@@ -30,6 +30,7 @@ COMMON_CONTROLS = (
                     controls.learning_rate_1pct),
     NegativeControl("no-pmean", "each device keeps its own gradient",
                     controls.no_pmean),
+    *controls.late_controls(),
 )
 
 

@@ -46,6 +46,7 @@ class Ensemble(EnsembleProgram, Strategy):
                       "neighbour's initial state", controls.members_mixed),
       NegativeControl("lr-1pct", "the port's learning rate x 1.01",
                       controls.learning_rate_1pct),
+      *controls.late_controls(member=0),
   )
 
   def active_runs(self, config, n_devices):

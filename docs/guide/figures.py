@@ -183,7 +183,7 @@ class ReportSource(Source):
 
 _KINDS = {"traps": TrapsSource, "dispatch": DispatchSource,
           **dict.fromkeys(("errors", "verdicts", "handover", "many_hosts",
-                           "sweep", "ensemble_runs"), Source)}
+                           "sweep", "ensemble_runs", "lockstep"), Source)}
 # Anything else under docs/measured/ is a `python -m compare` report.
 
 

@@ -50,10 +50,15 @@ def tolerance_table(registry=None):
     for at, tol in getattr(strategy, "tolerances", {}).items():
       rows.append([name, at.replace("_", " "), f"{tol.rtol:g}",
                    f"{tol.atol:g}", getattr(tol, "reason", "")])
+    lockstep = getattr(strategy, "lockstep_multiple", None)
+    if lockstep is not None:
+      rows.append([name, "lockstep, every step", "-", f"{lockstep:g}× the "
+                   "one-step band (of the update)",
+                   getattr(strategy, "lockstep_reason", "")])
     multiple = getattr(strategy, "calibration_multiple", None)
     if multiple is not None:
-      rows.append([name, "final, calibrated", "-", f"{multiple:g}× the "
-                   "calibration curve",
+      rows.append([name, "final test metrics", "-", f"{multiple:g}× the "
+                   "calibration runs' spread",
                    getattr(strategy, "calibration_reason", "")])
   return markdown_table(["strategy", "check", "rtol", "atol (× max|leaf|)",
                          "why"], rows, ["l", "l", "r", "r", "l"])

@@ -1,0 +1,163 @@
+"""Lockstep checks: every run takes its step from one shared state.
+
+Free-running runs drift apart chaotically, so a mistake that starts late
+hides inside their drift. At every checked step t each run also takes step t
+from the reference's state after t - 1 steps, placed in the run's own layout
+(the layout the checkpoints convert through, in memory), on batch t. Its
+result is compared with the reference's own step t, and the runs' results
+with each other, as a difference relative to the step's update
+(`equivalence.update_error`). Nothing carries over from one step to the
+next, so the tolerance does not grow with t: it is a multiple of the
+one-step band, the same step of the reference taken again with its batch
+rows reordered (summation order only), measured at every checked step.
+
+A run whose own state is bitwise the shared state needs no extra step: its
+free-running step is the lockstep one.
+"""
+
+import dataclasses
+import time
+
+import jax
+import numpy as np
+
+from compare import equivalence
+from training import checkpoints
+from training.metrics import global_devices
+
+# The one-step band never goes below this fraction of a step's update
+# (float32 rounds an update to ~6e-8 of itself: this is ~16 ulps of it).
+BAND_FLOOR = 1e-6
+# How the calibration step reorders its batch, alternating step by step:
+# within each device's slice of the batch, and across the whole batch.
+_CALIBRATION_ORDERS = ("slices", "batch")
+
+
+@dataclasses.dataclass
+class _Pair:
+  """One pair's lockstep errors, and whether its free-running states are
+  still bitwise."""
+
+  errors: list = dataclasses.field(default_factory=list)
+  bitwise_so_far: bool = True
+  stopped_bitwise_at: int | None = None
+
+
+class Lockstep:
+  """The lockstep checks of one comparison, step by step.
+
+  Call `before_step(t)` before the runs take their free-running step t and
+  `after_step(t, host_batch)` after; `report()` at the end.
+  """
+
+  def __init__(self, runs, pairs, check_every: int, steps: int,
+               n_devices: int, rows, permuted):
+    self.runs = {run.name: run for run in runs}
+    self.reference = self.runs["reference"]
+    self.pairs = {(a, b): _Pair() for a, b in pairs}
+    self.check_every, self.steps, self.n_devices = check_every, steps, n_devices
+    self.rows, self.permuted = rows, permuted
+    self.checked, self.band, self.seconds = [], [], 0.0
+    self.extra_steps = 0
+    self._shared_state = None
+    # Each run's host state before the step: the shared state at step 1 is
+    # the common initial state, which every run should hold bitwise.
+    for run in self.runs.values():
+      run.initial = jax.tree.map(lambda x: x.copy(), run.state)
+      run.host = run.module.to_host(run.state)
+    self._shared = self.reference.host
+    self._before = {name: run.host for name, run in self.runs.items()}
+
+  def is_checked(self, t: int) -> bool:
+    """Step 1, every `check_every`-th step and the last are checked (none
+    where `check_every` is None: measuring what the checks cost)."""
+    if self.check_every is None:
+      return False
+    return t == 1 or t % self.check_every == 0 or t == self.steps
+
+  def before_step(self, t: int) -> None:
+    """Keeps the reference's state before step t for the calibration step
+    (the compiled steps may donate their input)."""
+    self._before = {name: run.host for name, run in self.runs.items()}
+    self._shared = self.reference.host
+    if self.is_checked(t):
+      self._shared_state = jax.tree.map(lambda x: x.copy(),
+                                        self.reference.state)
+
+  def after_step(self, t: int, host_batch) -> None:
+    """Tracks bitwise pairs; at a checked step, steps and compares."""
+    for (a, b), pair in self.pairs.items():
+      same = equivalence.trees_same_bits(self.runs[a].host,
+                                         self.runs[b].host)
+      if pair.bitwise_so_far and not same:
+        pair.bitwise_so_far = False
+        # Reported only for a pair that was bitwise for some steps.
+        pair.stopped_bitwise_at = t if t > 1 else None
+    if not self.is_checked(t):
+      return
+    start = time.perf_counter()
+    results = {name: self._step_from_shared(run, t, host_batch)
+               for name, run in self.runs.items()}
+    band = equivalence.update_error(self._calibration_step(t, host_batch),
+                                    self.reference.host, self._shared)
+    self.band.append(band)
+    for (a, b), pair in self.pairs.items():
+      pair.errors.append(equivalence.update_error(results[a], results[b],
+                                                  self._shared))
+    self.checked.append(t)
+    self._shared_state = None
+    self.seconds += time.perf_counter() - start
+
+  def _step_from_shared(self, run, t, host_batch):
+    """`run`'s step t from the shared state, as host arrays."""
+    if run is self.reference or equivalence.trees_same_bits(
+        self._before[run.name], self._shared):
+      return run.host
+    state = place(run, self._shared, t - 1)
+    batch = run.module.put_batch(self.rows(run, host_batch), run.placement)
+    state, _ = run.step(state, batch)
+    self.extra_steps += 1
+    return run.module.to_host(state)
+
+  def _calibration_step(self, t, host_batch):
+    """The reference's step t from its own state, its rows reordered."""
+    order = _CALIBRATION_ORDERS[t % len(_CALIBRATION_ORDERS)]
+    parts = global_devices(self.n_devices) if order == "slices" else 1
+    batch = self.permuted(host_batch, parts, t - 1, seed=7)
+    reference = self.reference
+    state, _ = reference.step(self._shared_state, reference.module.put_batch(
+        self.rows(reference, batch), reference.placement))
+    self.extra_steps += 1
+    return reference.module.to_host(state)
+
+  def report(self, multiple: float, reason: str) -> dict:
+    """The checked steps, the band, every pair's errors and their cost."""
+    band = max([BAND_FLOOR, *self.band])
+    return {
+        "check_every": self.check_every, "checked_steps": len(self.checked),
+        "steps": self.checked, "band_per_step": self.band, "band": band,
+        "band_floor": BAND_FLOOR, "multiple": multiple, "reason": reason,
+        "extra_steps": self.extra_steps, "seconds": self.seconds,
+        "pairs": {f"{a}~{b}": {"errors": pair.errors,
+                               "stopped_bitwise_at": pair.stopped_bitwise_at,
+                               "bitwise": pair.bitwise_so_far}
+                  for (a, b), pair in self.pairs.items()}}
+
+
+def place(run, host, step: int):
+  """The canonical host state `host` (after `step` optimiser steps) as
+  `run`'s train state, in its own layout, through its checkpoint layout."""
+  like = run.initial
+  like_tree = checkpoints.saved_fields(like)
+  layout = run.module.CHECKPOINTS
+  targets = layout.checkpoint_target(like_tree)
+  arrays = jax.tree.map(
+      lambda h, t: jax.make_array_from_callback(
+          t.shape, t.sharding, lambda index: np.asarray(h)[index]),
+      {name: host[name] for name in like_tree}, targets)
+  tree = layout.from_checkpoint(arrays, like_tree)
+  state = checkpoints.rebuild(like, tree, step, run.calls)
+  # The compiled step is specialised to the state's pytree metadata (the
+  # optimiser object): the run's own, with the placed leaves.
+  return jax.tree.unflatten(jax.tree.structure(run.state),
+                            jax.tree.leaves(state))
