@@ -97,9 +97,13 @@ def checkpoint_target(tree):
   in `tree` (`P()` over pmap's devices), ready for `from_checkpoint`.
   """
   def target(x):
+    # The original pmap runtime's PmapSharding has no mesh: one of its
+    # devices, in its order.
+    mesh = getattr(x.sharding, "mesh", None) or jax.sharding.Mesh(
+        np.asarray(x.sharding.devices).reshape(-1), (AXIS,))
     return jax.ShapeDtypeStruct(x.shape[1:], x.dtype,
                                 sharding=jax.sharding.NamedSharding(
-                                    x.sharding.mesh, jax.P()))
+                                    mesh, jax.P()))
   return jax.tree.map(target, tree)
 
 
@@ -111,6 +115,12 @@ def from_checkpoint(tree, like):
   compiled once per layout: the lockstep checks place a state every step.
   """
   leaves, treedef = jax.tree.flatten(tree)
+  if not hasattr(jax.tree.leaves(like)[0].sharding, "mesh"):
+    # The original pmap runtime's PmapSharding, which jit does not take as
+    # an output sharding: put each copy.
+    return jax.tree.unflatten(treedef, [jax.device_put(np.broadcast_to(
+        np.asarray(x), l.shape), l.sharding) for x, l in zip(
+            leaves, jax.tree.leaves(like))])
   targets = tuple((x.shape, x.sharding) for x in jax.tree.leaves(like))
   _STACKS.setdefault(targets, jax.jit(lambda xs: [jax.numpy.broadcast_to(
       x, shape) for x, (shape, _) in zip(xs, targets)], out_shardings=[
