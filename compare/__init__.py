@@ -1,10 +1,51 @@
-"""Proves the twin backends compute the same numbers, and times them.
+"""Proves a port from pmap computes the same numbers as the program it
+replaces, and times both.
 
-`python -m compare --strategy data_parallel|ensemble|accumulation`: every
-strategy's runs (pmap, the shard_map and jit ports, the one-device
-reference) train from the same state on the same batches; `runner` records
-them, `verdicts` judges them against their tolerances and a calibration,
-`timing`, `hlo` and `utilisation` measure them, `report` and `plots` show
-them. The programs themselves are `training.programs`; `strategies` adds how
-each is judged.
+For a team's own program: describe it once as a `Port` and call `prove`
+(or `python -m compare --program PKG.MODULE:NAME`, or
+`compare.testing.assert_port_equivalent` in CI). The conversions between
+pmap's layouts and a mesh's are here too (`replicate`, `split_batch`,
+`device_key`, ...).
+
+For our own programs: `python -m compare --strategy data_parallel|ensemble|
+accumulation`, through the same `prove`. Every strategy's runs (pmap, the
+shard_map and jit ports, the one-device reference) train from the same state
+on the same batches; `runner` records them, `verdicts` judges them against
+their tolerances and a calibration, `timing`, `hlo` and `utilisation`
+measure them, `report` and `plots` show them.
+
+The public names load on first use, so that `import compare` (e.g. by the
+pytest plugin) imports no jax before the emulated device count is set.
 """
+
+import importlib
+
+# Public name -> the module that defines it.
+_PUBLIC = {
+    "Port": "compare.port",
+    "PortError": "compare.port",
+    "Proof": "compare.proof",
+    "prove": "compare.proof",
+    "replicate": "compare.conversions",
+    "unreplicate": "compare.conversions",
+    "split_batch": "compare.conversions",
+    "to_mesh": "compare.conversions",
+    "shard_batch": "compare.conversions",
+    "stacked_to_mesh": "compare.conversions",
+    "to_devices": "compare.conversions",
+    "device_key": "compare.conversions",
+}
+
+__all__ = [*_PUBLIC, "testing"]
+
+
+def __getattr__(name):
+  if name == "testing":
+    return importlib.import_module("compare.testing")
+  if name in _PUBLIC:
+    return getattr(importlib.import_module(_PUBLIC[name]), name)
+  raise AttributeError(f"module 'compare' has no attribute {name!r}")
+
+
+def __dir__():
+  return sorted(__all__)

@@ -6,8 +6,6 @@ when training diverged (non-finite loss or parameters). jax is imported only
 after the emulated device count is set.
 """
 
-import datetime
-import os
 import sys
 
 from launch import distributed
@@ -27,9 +25,13 @@ def build_parser() -> options.Parser:
   """The parser; `--strategy` and `--show-diff` choices come from the registry."""
   parser = options.Parser(prog="python -m compare",
                           description=__doc__.split("\n")[0])
-  options.add_run_options(parser, tuple(strategies.STRATEGIES))
+  options.add_run_options(parser, tuple(strategies.STRATEGIES),
+                          default_strategy=None)
   options.add_process_options(parser)
   add = parser.add_argument
+  add("--program", default=None, metavar="PKG.MODULE:NAME",
+      help="prove a team's own port: NAME is a compare.Port, or a function "
+           "of no arguments that returns one")
   add("--negative-control", default=None, metavar="NAME[:N]",
       help="plant a known mistake in the port (the verdict must fail); "
            "update-1pct-from:N and update-1pct-at:N start at step N")
@@ -49,7 +51,29 @@ def build_parser() -> options.Parser:
   return parser
 
 
+# What a `--program` run takes from the command line; the program itself
+# fixes the rest (its mesh, batches, optimiser).
+_PROGRAM_FLAGS = ("program", "devices", "steps", "negative_control",
+                  "check_every", "windows", "json", "plot")
+
+
+def _check_program(args):
+  """`--program` with flags that belong to our strategies is bad usage."""
+  parser = build_parser()
+  for action in parser._actions:  # pylint: disable=protected-access
+    name = action.dest
+    if name in _PROGRAM_FLAGS or name == "help":
+      continue
+    if getattr(args, name, None) != action.default:
+      raise UsageError(f"--program does not go with {action.option_strings[0]}"
+                       " (the program fixes it)")
+
+
 def _check(args):
+  if args.program:
+    _check_program(args)
+  elif args.strategy is None:
+    args.strategy = "ensemble"
   options.check_positive(args)
   for flag, value in (("--windows", args.windows),
                       ("--check-every", args.check_every)):
@@ -93,49 +117,39 @@ def _prepare(args):
   return strategy, checked.config, checked.data, checked.n_devices, control
 
 
-def _pmap_runtime() -> dict:
-  """Which pmap runs here, and a warning when JAX_PMAP_SHMAP_MERGE is ignored."""
-  from legacy_pmap import devices  # pylint: disable=g-import-not-at-top
-  warning = devices.pmap_runtime_warning()
-  if warning:
-    print(f"compare: warning: {warning}", file=sys.stderr)
-  return {"pmap_runtime": devices.pmap_runtime(),
-          "pmap_runtime_warning": warning}
+def _run_program(args):
+  """`--program PKG.MODULE:NAME`: a team's port, proved."""
+  from compare import port  # pylint: disable=g-import-not-at-top
+  from compare import proof  # pylint: disable=g-import-not-at-top
+  try:
+    result = proof.prove(port.load(args.program), steps=args.steps,
+                         control=args.negative_control,
+                         check_every=args.check_every, windows=args.windows,
+                         progress=sys.stderr.isatty())
+  except ValueError as err:  # PortError, or an unknown negative control
+    raise UsageError(str(err)) from None
+  _show(args, result.strategy, result.report)
+  return result.exit_code
 
 
 def _run(args):
-  import jax  # pylint: disable=g-import-not-at-top
-  from compare import runner  # pylint: disable=g-import-not-at-top
+  from compare import proof  # pylint: disable=g-import-not-at-top
 
   strategy, config, data, n_devices, control = _prepare(args)
   if args.sweep_devices:
     counts = sweep.parse(args.sweep_devices)
     result = sweep.run(strategy, config, data, counts, args.windows, control)
-    n_devices = max(counts)
+    full = {**proof.describe(strategy, config, max(counts), control),
+            **strategy.report_fields(config), **result}
   else:
-    result = runner.compare(strategy, config, data, n_devices,
-                            windows=args.windows,
-                            progress=sys.stderr.isatty(), control=control,
-                            check_every=args.check_every,
-                            switch_at=args.switch_at)
-  full = {"schema": report.SCHEMA, "strategy": strategy.name,
-          "date": datetime.date.today().isoformat(),
-          "workload": config.workload, "dataset": config.dataset,
-          "platform": jax.devices()[0].platform,
-          "devices": n_devices * jax.process_count(),
-          "processes": jax.process_count(),
-          "collectives": distributed.collectives(),
-          "jax_version": jax.__version__,
-          **_pmap_runtime(),
-          "load_average": [round(x, 2) for x in os.getloadavg()],
-          "steps": config.steps, "global_batch": config.global_batch,
-          "learning_rate": config.learning_rate, "seed": config.seed,
-          "negative_control": args.negative_control,
-          "switch_at": args.switch_at,
-          "loss_convention": strategy.loss_convention,
-          **strategy.report_fields(config), **result}
-  if not args.sweep_devices:
-    full["throughput_ratio_shard_map_vs_pmap"] = report.throughput_ratio(full)
+    full = proof.prove(strategy, config=config, data=data,
+                       n_devices=n_devices, windows=args.windows,
+                       progress=sys.stderr.isatty(), control=control,
+                       check_every=args.check_every,
+                       switch_at=args.switch_at).report
+  if full["pmap_runtime_warning"]:
+    print(f"compare: warning: {full['pmap_runtime_warning']}",
+          file=sys.stderr)
   # Every process computed the same report; process 0 alone shows it, once
   # every process got this far (a process lost before leaves no JSON).
   distributed.barrier("report")
@@ -193,6 +207,8 @@ def main(argv=None) -> int:
       return _launch(args, argv)
     distributed.quiet_native_stdout()
     emulation.set_cpu_device_count(args.devices)
+    if args.program:
+      return _run_program(args)
     if distributed.is_worker(args):
       distributed.join(args)
     return _run(args)

@@ -94,7 +94,13 @@ UPDATE_FLOOR = 1e-3
 
 def update_error(a, b, start) -> float:
   """How far apart two results of one step from `start` are, as a fraction
-  of the step's update `b - start`.
+  of the step's update `b - start` (`update_error_at`'s ratio)."""
+  return update_error_at(a, b, start)[0]
+
+
+def update_error_at(a, b, start) -> tuple[float, str]:
+  """How far apart two results of one step from `start` are, as a fraction
+  of the step's update `b - start`, and the leaf where it is largest.
 
   Each floating leaf's largest |a - b| is divided by its largest |b - start|
   (floored at `UPDATE_FLOOR` times the largest update in its top-level
@@ -108,28 +114,34 @@ def update_error(a, b, start) -> float:
     start: the state both steps started from (may hold more collections).
 
   Returns:
-    The largest ratio over leaves: 0.0 for equal bits, inf where a non-float
-    leaf or a non-finite value differs.
+    `(ratio, leaf)`: the largest ratio over leaves (0.0 for equal bits, inf
+    where a non-float leaf or a non-finite value differs) and that leaf's
+    path with its shape, e.g. `['params']['Dense_0']['kernel'] (64, 10)`
+    ("" where all bits are equal).
   """
   if trees_same_bits(a, b):
-    return 0.0
-  worst = 0.0
+    return 0.0, ""
+  worst, where = 0.0, ""
   for key in b:
-    pairs = list(zip(jax.tree.leaves(a[key]), jax.tree.leaves(b[key]),
-                     jax.tree.leaves(start[key])))
-    updates = [_update(y, s) for _, y, s in pairs]
+    pairs = [(f"[{key!r}]" + jax.tree_util.keystr(path), x, y, s)
+             for (path, x), y, s in zip(
+                 jax.tree_util.tree_leaves_with_path(a[key]),
+                 jax.tree.leaves(b[key]), jax.tree.leaves(start[key]))]
+    updates = [_update(y, s) for _, _, y, s in pairs]
     largest = max(updates, default=0.0)
-    for (x, y, _), update in zip(pairs, updates):
+    for (path, x, y, _), update in zip(pairs, updates):
       x, y = np.asarray(x), np.asarray(y)
       if same_bits(x, y):
         continue
+      named = f"{path} {tuple(y.shape)}"
       if not np.issubdtype(y.dtype, np.floating):
-        return float("inf")
+        return float("inf"), named
       diff = np.abs(x.astype(np.float64) - y.astype(np.float64)).max()
       scale = max(update, UPDATE_FLOOR * largest, np.finfo(np.float64).tiny)
-      worst = max(worst, float(diff / scale) if np.isfinite(diff)
-                  else float("inf"))
-  return worst
+      ratio = float(diff / scale) if np.isfinite(diff) else float("inf")
+      if ratio > worst or not where:
+        worst, where = max(worst, ratio), named
+  return worst, where
 
 
 def _update(after, before) -> float:

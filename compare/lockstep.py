@@ -28,9 +28,6 @@ from training.metrics import global_devices
 # The one-step band never goes below this fraction of a step's update
 # (float32 rounds an update to ~6e-8 of itself: this is ~16 ulps of it).
 BAND_FLOOR = 1e-6
-# How the calibration step reorders its batch, alternating step by step:
-# within each device's slice of the batch, and across the whole batch.
-_CALIBRATION_ORDERS = ("slices", "batch")
 
 
 @dataclasses.dataclass
@@ -39,6 +36,7 @@ class _Pair:
   still bitwise."""
 
   errors: list = dataclasses.field(default_factory=list)
+  leaves: list = dataclasses.field(default_factory=list)  # where the worst
   bitwise_so_far: bool = True
   stopped_bitwise_at: int | None = None
 
@@ -51,12 +49,14 @@ class Lockstep:
   """
 
   def __init__(self, runs, pairs, check_every: int, steps: int,
-               n_devices: int, rows, permuted):
+               n_devices: int, rows, truth: str, perturbation):
+    """`truth` names the ground-truth run; `perturbation(t)` is the change
+    (`compare.perturbations`) of its calibration step at step t."""
     self.runs = {run.name: run for run in runs}
-    self.reference = self.runs["reference"]
+    self.reference = self.runs[truth]
     self.pairs = {(a, b): _Pair() for a, b in pairs}
     self.check_every, self.steps, self.n_devices = check_every, steps, n_devices
-    self.rows, self.permuted = rows, permuted
+    self.rows, self.perturbation = rows, perturbation
     self.checked, self.band, self.seconds = [], [], 0.0
     self.extra_steps = 0
     self._shared_state = None
@@ -102,8 +102,10 @@ class Lockstep:
                                     self.reference.host, self._shared)
     self.band.append(band)
     for (a, b), pair in self.pairs.items():
-      pair.errors.append(equivalence.update_error(results[a], results[b],
-                                                  self._shared))
+      error, leaf = equivalence.update_error_at(results[a], results[b],
+                                                self._shared)
+      pair.errors.append(error)
+      pair.leaves.append(leaf)
     self.checked.append(t)
     self._shared_state = None
     self.seconds += time.perf_counter() - start
@@ -120,13 +122,15 @@ class Lockstep:
     return run.module.to_host(state)
 
   def _calibration_step(self, t, host_batch):
-    """The reference's step t from its own state, its rows reordered."""
-    order = _CALIBRATION_ORDERS[t % len(_CALIBRATION_ORDERS)]
-    parts = global_devices(self.n_devices) if order == "slices" else 1
-    batch = self.permuted(host_batch, parts, t - 1, seed=7)
+    """The ground truth's step t from its own state, changed the way that
+    moves only rounding (its rows reordered, or its state nudged)."""
+    change = self.perturbation(t)
+    batch = change.batch(host_batch, t - 1, global_devices(self.n_devices))
     reference = self.reference
-    state, _ = reference.step(self._shared_state, reference.module.put_batch(
-        self.rows(reference, batch), reference.placement))
+    state, _ = reference.step(change.state(self._shared_state),
+                              reference.module.put_batch(
+                                  self.rows(reference, batch),
+                                  reference.placement))
     self.extra_steps += 1
     return reference.module.to_host(state)
 
@@ -138,7 +142,7 @@ class Lockstep:
         "steps": self.checked, "band_per_step": self.band, "band": band,
         "band_floor": BAND_FLOOR, "multiple": multiple, "reason": reason,
         "extra_steps": self.extra_steps, "seconds": self.seconds,
-        "pairs": {f"{a}~{b}": {"errors": pair.errors,
+        "pairs": {f"{a}~{b}": {"errors": pair.errors, "leaves": pair.leaves,
                                "stopped_bitwise_at": pair.stopped_bitwise_at,
                                "bitwise": pair.bitwise_so_far}
                   for (a, b), pair in self.pairs.items()}}

@@ -24,10 +24,11 @@ def throughput_ratio(report: dict) -> dict | None:
   reach 30%).
   """
   runs = report["runs"]
-  if "pmap" not in runs or "shard_map" not in runs:
+  legacy, port = report.get("throughput_pair", ("pmap", "shard_map"))
+  if legacy not in runs or port not in runs:
     return None
-  ratios = [b / a for a, b in zip(runs["pmap"]["window_examples_per_s"],
-                                  runs["shard_map"]["window_examples_per_s"])]
+  ratios = [b / a for a, b in zip(runs[legacy]["window_examples_per_s"],
+                                  runs[port]["window_examples_per_s"])]
   if not ratios:
     return None
   quartiles = (statistics.quantiles(ratios, n=4) if len(ratios) > 1
@@ -90,8 +91,8 @@ def _history(report):
     history = run.get("history", [])
     if not history:
       continue
-    key = ("test_accuracy" if history[0].get("test_accuracy") is not None
-           else "test_loss")
+    key = next((k for k in ("test_accuracy", "test_loss")
+                if history[0].get(k) is not None), "train_loss")
     points = " ".join(f"{e['step']}:{_fmt(e.get(key), '.3f')}"
                       for e in history)
     lines.append(f"{name:<12} {key} by step: {points}")
@@ -120,10 +121,12 @@ def _lockstep_lines(report):
   checks = report.get("lockstep")
   if not checks:
     return []
+  truth = report.get("truth", "reference")
+  change = report.get("calibration_change", "its rows reordered")
   lines = [f"lockstep: {checks['checked_steps']} of {report['steps']} steps "
            f"checked (step 1, every {checks['check_every']}, the last), each "
-           "run's step from the reference's state against the reference's "
-           f"step with its rows reordered: band {checks['band']:.2e} of the "
+           f"run's step from the {truth}'s state against the {truth}'s "
+           f"step with {change}: band {checks['band']:.2e} of the "
            f"update; {checks['extra_steps']} extra steps, "
            f"{checks['seconds']:.1f} s"]
   for name, pair in checks["pairs"].items():
@@ -152,7 +155,9 @@ def verdict_lines(report: dict) -> list[str]:
           f"(step {cal['worst_step']}, shown, not judged)")
   curve = report.get("calibration", {}).get("drift_per_step")
   if curve:
-    lines.append(f"calibration (reference vs reference, rows reordered, "
+    truth = report.get("truth", "reference")
+    lines.append(f"calibration ({truth} vs {truth}, "
+                 f"{report.get('calibration_change', 'its rows reordered')}, "
                  f"largest of {len(report['calibration'].get('samples', [1]))}"
                  "): "
                  f"step 1 {curve[0]:.2e}, step {len(curve)} {curve[-1]:.2e}, "
@@ -174,7 +179,8 @@ def table(report: dict, strategy_lines: list[str] = ()) -> str:
   if ratio is not None:
     mark = "ok" if ratio["median"] >= THROUGHPUT_FLOOR else "BELOW TARGET"
     lo, hi = ratio["quartiles"]
-    lines.append(f"shard_map/pmap examples/s, window by window: median "
+    legacy, port = report.get("throughput_pair", ("pmap", "shard_map"))
+    lines.append(f"{port}/{legacy} examples/s, window by window: median "
                  f"{ratio['median']:.3f}, quartiles {lo:.3f}-{hi:.3f} "
                  f"(target >= {THROUGHPUT_FLOOR}: {mark})")
   if report.get("diverged_at"):

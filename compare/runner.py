@@ -22,6 +22,7 @@ from launch import distributed
 from compare import equivalence
 from compare import hlo
 from compare import lockstep
+from compare import perturbations
 from compare import switch
 from compare import timing
 from compare import utilisation
@@ -34,16 +35,7 @@ from workloads import batches
 from workloads import digest
 
 _TIMING_BATCHES = 4
-CALIBRATION = "calibration"
-# The calibration runs: name -> (rows shuffled within each device's slice or
-# across the whole batch, shuffle seed). Rounding separates runs chaotically:
-# where a model only fits noise (random labels), a ReLU that flips in one
-# run and not in another makes the drift jump at a random step, and one
-# calibration run may see no such jump where a correct port does (measured
-# on `--dataset synthetic:28x28`, 30 steps: a false fail). The band is the
-# largest drift of three, of two kinds.
-CALIBRATIONS = {CALIBRATION: ("slices", 0), f"{CALIBRATION}_batch": ("batch", 0),
-                f"{CALIBRATION}_seed1": ("slices", 1)}
+CALIBRATIONS = perturbations.CALIBRATIONS
 
 
 @dataclasses.dataclass
@@ -55,7 +47,8 @@ class Run:
   variant: str
   calls: int = 1
   n_devices: int = 1
-  permute: tuple | None = None  # a calibration run's CALIBRATIONS entry
+  # A calibration run's change (`compare.perturbations`), else None.
+  perturbation: object = None
   local_batch: bool = False
   same_as: object = None
   placement: object = None
@@ -147,16 +140,6 @@ def _rows(run, host_batch):
   return {k: v[part] for k, v in host_batch.items()}
 
 
-def permuted(host_batch, parts, step, seed=0):
-  """The batch with each of its `parts` contiguous slices' rows shuffled."""
-  n = len(next(iter(host_batch.values())))
-  rng = np.random.default_rng(step if seed == 0 else (seed, step))
-  size = n // parts
-  order = np.concatenate([start + rng.permutation(size)
-                          for start in range(0, n, size)])
-  return {k: v[order] for k, v in host_batch.items()}
-
-
 def _evaluate(strategy, run, config, test_batch):
   return run_metrics.test_summary(strategy, run.module, config, run.evaluate(
       run.state, run.module.put_batch(_rows(run, test_batch), run.placement)))
@@ -172,24 +155,26 @@ def _runs(strategy, config, n_devices, control):
     for run in runs:
       if run.name in strategy.port_runs:
         run.module = control.plant(run.module, run.name)
-  reference = next(r for r in runs if r.name == "reference")
-  runs += [Run(name, reference.module, reference.variant, permute=permute)
-           for name, permute in CALIBRATIONS.items()]
+  truth = next(r for r in runs if r.name == strategy.truth)
+  runs += [Run(name, truth.module, truth.variant, calls=truth.calls,
+               local_batch=truth.local_batch, perturbation=perturbation)
+           for name, perturbation in strategy.calibrations().items()]
   return runs
 
 
 def _setup(strategy, config, n_devices, control):
   runs = _runs(strategy, config, n_devices, control)
-  reference = next(r for r in runs if r.name == "reference")
+  truth = next(r for r in runs if r.name == strategy.truth)
   for run in runs:
     run.n_devices = n_devices
     run.placement = run.module.make_placement(n_devices)
-    if run.name in CALIBRATIONS:
-      # The reference's own programs, compiled once, on a copy of its
+    if run.perturbation is not None:
+      # The ground truth's own programs, compiled once, on a copy of its
       # initial state (a compiled step is specialised to its pytree's
       # metadata, which a state created again would not share).
-      run.same_as, run.evaluate = reference, reference.evaluate
-      run.state = jax.tree.map(lambda x: x.copy(), reference.state)
+      run.same_as, run.evaluate = truth, truth.evaluate
+      run.state = run.perturbation.state(
+          jax.tree.map(lambda x: x.copy(), truth.state))
       continue
     run.state = run.module.create_state(config.seed, config, run.placement)
     run.step = run.module.make_train_step(config, run.placement, run.variant)
@@ -199,10 +184,9 @@ def _setup(strategy, config, n_devices, control):
 
 def _step(run, host_batch, i, n_devices):
   """One optimiser step of `run`; returns whether it stayed finite."""
-  if run.permute:
-    within, seed = run.permute
-    parts = global_devices(n_devices) if within == "slices" else 1
-    host_batch = permuted(host_batch, parts, i, seed)
+  if run.perturbation is not None:
+    host_batch = run.perturbation.batch(host_batch, i,
+                                        global_devices(n_devices))
   batch = run.module.put_batch(_rows(run, host_batch), run.placement)
   if i == 0 and run.same_as is not None:
     run.step = run.same_as.step  # compiled just before, in this step
@@ -238,22 +222,23 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   Returns:
     `(runs, pairs, drift, diverged, lockstep)`: the runs (calibrations
     last), the pairs that ran, the per-step params difference of every pair
-    (and of `reference~CALIBRATION` for each calibration run),
+    (and of the ground truth and each calibration run),
     `{run name: step}` for the runs that blew up, and the lockstep checks.
   """
   runs = _setup(strategy, config, n_devices, control)
   names = {run.name for run in runs}
   pairs = [(a, b) for a, b in strategy.pairs if a in names and b in names]
   checks = lockstep.Lockstep(
-      [run for run in runs if run.name not in CALIBRATIONS], pairs,
-      check_every, config.steps, n_devices, _rows, permuted)
-  tracked = pairs + [("reference", name) for name in CALIBRATIONS]
-  test_batch = batches.test_batch(data, global_devices(n_devices))
-  every = strategy.eval_every(config, len(data.train_inputs))
+      [run for run in runs if run.perturbation is None], pairs,
+      check_every, config.steps, n_devices, _rows,
+      truth=strategy.truth, perturbation=strategy.lockstep_perturbation)
+  tracked = pairs + [(strategy.truth, run.name) for run in runs
+                     if run.perturbation is not None]
+  test_batch = strategy.test_batch(data, global_devices(n_devices))
+  every = strategy.eval_every(config, strategy.train_size(data))
   drift = {f"{a}~{b}": [] for a, b in tracked}
   diverged = {}
-  order = batches.train_batches(data, config.seed, config.global_batch,
-                                config.steps)
+  order = strategy.train_batches(config, data)
   for i, host_batch in enumerate(tqdm.tqdm(
       order, total=config.steps, desc=strategy.name, file=sys.stderr,
       disable=not progress)):
@@ -279,14 +264,13 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   return runs, pairs, drift, diverged, checks
 
 
-def measure_throughput(runs, config, data, windows: int):
+def measure_throughput(strategy, runs, config, data, windows: int):
   """Interleaved examples/s of every run, continuing from its final state.
 
   The final state (already fetched and evaluated) is reused rather than a
   fresh one because the compiled step is specialised to its pytree metadata.
   """
-  host_batches = list(batches.train_batches(
-      data, config.seed + 1, config.global_batch, _TIMING_BATCHES))
+  host_batches = strategy.timing_batches(config, data, _TIMING_BATCHES)
   timed = []
   for run in runs:
     placed = [run.module.put_batch(_rows(run, b), run.placement)
@@ -308,22 +292,15 @@ def _run_report(strategy, config, run, speed):
           **strategy.run_fields(config, run.name)}
 
 
-def _calibration_report(calibrations, drift):
+def _calibration_report(strategy, calibrations, drift):
   """The calibration runs, and their envelope: the largest drift per step."""
   samples = {run.name: {
-      "perturbation": (f"the reference's batch rows shuffled "
-                       + ("within each device's slice"
-                          if run.permute[0] == "slices" else
-                          "across the whole batch")
-                       + f", shuffle seed {run.permute[1]}"),
-      "drift_per_step": drift.pop(f"reference~{run.name}"),
-      "summary": {k: run.summary.get(k) for k in ("test_loss",
-                                                  "test_accuracy")},
+      "perturbation": run.perturbation.describe(),
+      "drift_per_step": drift.pop(f"{strategy.truth}~{run.name}"),
+      "summary": {k: run.summary.get(k) for k in strategy.judged_metrics},
       "state_digest": digest.state_digest(run.host)} for run in calibrations}
   curves = [s["drift_per_step"] for s in samples.values()]
-  return {"perturbation": "the reference trained again with its batch rows "
-                          f"in {len(samples)} other orders (summation order "
-                          "only); the band is their largest drift per step",
+  return {"perturbation": strategy.calibration_summary(len(samples)),
           "drift_per_step": [max(d) for d in zip(*curves)],
           "summaries": [s["summary"] for s in samples.values()],
           "samples": samples}
@@ -338,9 +315,10 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
       check_every)
   checks = checks.report(strategy.lockstep_multiple,
                          strategy.lockstep_reason)
-  calibrations, runs = runs[-len(CALIBRATIONS):], runs[:-len(CALIBRATIONS)]
+  calibrations = [run for run in runs if run.perturbation is not None]
+  runs = [run for run in runs if run.perturbation is None]
   by_name = {run.name: run for run in runs}
-  calibration_report = _calibration_report(calibrations, drift)
+  calibration_report = _calibration_report(strategy, calibrations, drift)
   results = verdicts.first_step(
       strategy, pairs, {r.name: r.first_step for r in runs})
   results += verdicts.lockstep(strategy, checks)
@@ -351,9 +329,9 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
       strategy, pairs, {r.name: r.host for r in runs}, drift,
       None if diverged else calibration_report,
       {r.name: r.summary for r in runs},
-      len(batches.test_batch(data, global_devices(n_devices))["targets"]))
+      strategy.test_size(data, global_devices(n_devices)))
   speeds = ({run.name: timing.not_timed() for run in runs} if diverged
-            else measure_throughput(runs, config, data, windows))
+            else measure_throughput(strategy, runs, config, data, windows))
   report = {
       "peak_gflops": None if diverged else utilisation.peak_gflops(),
       "runs": {run.name: _run_report(strategy, config, run, speeds[run.name])
@@ -361,6 +339,9 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
       "calibration": calibration_report,
       # What --switch-at handed over (compare.switch), else None.
       "switch": handed,
+      "truth": strategy.truth,
+      "calibration_change": strategy.calibration_change,
+      "throughput_pair": list(strategy.throughput_pair),
       "lockstep": checks,
       "skipped_runs": {r.name: strategy.why_skipped(config,
                                                     global_devices(n_devices))

@@ -49,24 +49,30 @@ def _float_leaves(tree):
           if np.issubdtype(np.asarray(x).dtype, np.floating)]
 
 
-def _metric_check(summaries, a, b, calibration, n_test, multiple):
-  """Test loss and accuracy of a pair within the calibration's spread."""
+def _metric_check(summaries, a, b, calibration, n_test, multiple, truth,
+                  keys):
+  """The judged metrics of a pair within the calibration's spread."""
   out = {}
-  # The calibration runs moved the reference: the spread is measured there.
-  ref = summaries["reference"]
-  # A few calibration runs estimate the spread from few samples, so it is
-  # floored: 1% of the test loss and 1% accuracy (or one test example) are
-  # within what rounding alone moved them in the measured long runs.
-  for key, floor in (("test_loss", 1e-2 * abs(ref["test_loss"])),
-                     ("test_accuracy", max(1e-2, 1.0 / n_test))):
+  # The calibration runs moved the ground truth: the spread is measured there.
+  ref = summaries[truth]
+  for key in keys:
     if ref.get(key) is None:
       continue
     spread = max([abs(cal[key] - ref[key]) for cal in
-                  calibration["summaries"]] + [floor])
+                  calibration["summaries"]] + [_floor(key, ref[key], n_test)])
     gap = abs(summaries[a][key] - summaries[b][key])
     out[key] = {"gap": gap, "calibration_spread": spread,
                 "within": bool(gap <= multiple * spread)}
   return out
+
+
+def _floor(key, value, n_test):
+  """A few calibration runs estimate the spread from few samples, so it is
+  floored: 1% of the metric, and for an accuracy 1% or one test example,
+  are within what rounding alone moved them in the measured long runs."""
+  if "accuracy" in key:
+    return max(1e-2, 1.0 / n_test) if n_test else 1e-2
+  return 1e-2 * abs(value)
 
 
 def lockstep(strategy, checks: dict) -> list[dict]:
@@ -95,6 +101,8 @@ def lockstep(strategy, checks: dict) -> list[dict]:
                             if len(failing) else None),
         "first_fail_ratio": (float(ratios[failing[0]]) if len(failing)
                              else None),
+        "first_fail_leaf": (pair.get("leaves", [""] * len(errors))[
+            int(failing[0])] if len(failing) else None),
         "allowed_ratio": checks["multiple"],
         "stopped_bitwise_at": pair["stopped_bitwise_at"]})
   return results
@@ -115,7 +123,8 @@ def final(strategy, pairs, finals, drift, calibration, summaries,
       floor = NOISE_FLOOR * _largest_param(finals[b])
       ratios = _band(result["drift_per_step"], calibration["drift_per_step"],
                      floor)
-      metrics = _metric_check(summaries, a, b, calibration, n_test, multiple)
+      metrics = _metric_check(summaries, a, b, calibration, n_test, multiple,
+                              strategy.truth, strategy.judged_metrics)
       result["calibration"] = {
           "multiple": multiple, "max_ratio": float(np.max(ratios)),
           "worst_step": int(np.argmax(ratios)) + 1, "noise_floor": floor,
@@ -158,7 +167,9 @@ def first_failure(verdicts: list[dict]) -> str | None:
   return (f"first at step {v['first_fail_step']}: {v['a']} vs {v['b']}, "
           "their steps from the shared state differ by "
           f"{v['first_fail_ratio']:.3g}x the one-step band (allowed "
-          f"{v['allowed_ratio']:g}x)")
+          f"{v['allowed_ratio']:g}x)"
+          + (f", most at {v['first_fail_leaf']}" if v.get("first_fail_leaf")
+             else ""))
 
 
 def overall(verdicts: list[dict], diverged: dict) -> str:

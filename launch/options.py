@@ -26,10 +26,16 @@ POSITIVE = ("devices", "processes", "steps", "global_batch", "members",
 
 
 def add_run_options(parser: argparse.ArgumentParser,
-                    strategies: tuple[str, ...]) -> None:
-  """Adds the options that define a training run (strategy, data, config)."""
+                    strategies: tuple[str, ...],
+                    default_strategy: str | None = "ensemble") -> None:
+  """Adds the options that define a training run (strategy, data, config).
+
+  With `default_strategy` None, an unset `--strategy` stays None (the
+  caller tells it apart from one given, and chooses the default itself).
+  """
   add = parser.add_argument
-  add("--strategy", choices=strategies, default="ensemble")
+  add("--strategy", choices=strategies, default=default_strategy,
+      help="the program (default ensemble)")
   add("--workload", default=None,
       help="cnn (default), linreg (data_parallel), linear512 (accumulation)")
   add("--dataset", default=None,

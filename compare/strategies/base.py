@@ -11,10 +11,12 @@ differs from these defaults.
 import dataclasses
 from typing import Any, ClassVar
 
+from compare import perturbations
 from compare import plots
 from compare.negative_controls import NegativeControl
 from compare.tolerances import Tolerance
 from training.programs import Program
+from workloads import batches
 from workloads import configs
 
 
@@ -60,6 +62,11 @@ class Strategy(Program):
       apart, in one-step bands (`LOCKSTEP_MULTIPLE`).
     negative_controls: the mistakes `--negative-control` can plant.
     port_runs: the runs a negative control plants its mistake in.
+    truth: the run taken as ground truth: the lockstep checks share its
+      state, and the calibration runs are it, changed.
+    judged_metrics: the summary metrics the free-running verdict judges.
+    throughput_pair: `(pmap run, port run)` whose examples/s are compared.
+    calibration_change: what the calibration runs change, in words.
     loss_convention: what the reported losses are, in one sentence.
   """
 
@@ -76,6 +83,10 @@ class Strategy(Program):
   lockstep_reason: ClassVar[str] = LOCKSTEP_REASON
   negative_controls: ClassVar[tuple[NegativeControl, ...]] = ()
   port_runs: ClassVar[tuple[str, ...]] = ("shard_map", "jit")
+  truth: ClassVar[str] = "reference"
+  judged_metrics: ClassVar[tuple[str, ...]] = ("test_loss", "test_accuracy")
+  throughput_pair: ClassVar[tuple[str, str]] = ("pmap", "shard_map")
+  calibration_change: ClassVar[str] = "its rows reordered"
   loss_convention: ClassVar[str] = (
       "train loss as the classic program reports it: the cross entropy "
       "summed over each device's batch, averaged over devices (sum / "
@@ -113,6 +124,43 @@ class Strategy(Program):
     raise configs.ConfigError(
         f"unknown --negative-control {name!r} for {self.name}; choose one of "
         f"{', '.join(c.name for c in self.negative_controls)}")
+
+  # --- what it trains on, and how it is calibrated --------------------------
+
+  def train_batches(self, config, data):
+    """The global host batches of every step, in order."""
+    return batches.train_batches(data, config.seed, config.global_batch,
+                                 config.steps)
+
+  def timing_batches(self, config, data, count: int) -> list:
+    """`count` global host batches the timing windows cycle through."""
+    return list(batches.train_batches(data, config.seed + 1,
+                                      config.global_batch, count))
+
+  def test_batch(self, data, n_devices: int):
+    """The test set as one host batch (`n_devices`: all processes')."""
+    return batches.test_batch(data, n_devices)
+
+  def train_size(self, data) -> int:
+    return len(data.train_inputs)
+
+  def test_size(self, data, n_devices: int) -> int | None:
+    """Test examples, for the accuracy's floor of one example."""
+    return len(self.test_batch(data, n_devices)["targets"])
+
+  def calibrations(self) -> dict:
+    """The calibration runs: name -> what changes (`perturbations`)."""
+    return dict(perturbations.CALIBRATIONS)
+
+  def calibration_summary(self, count: int) -> str:
+    return (f"the reference trained again with its batch rows in {count} "
+            "other orders (summation order only); the band is their "
+            "largest drift per step")
+
+  def lockstep_perturbation(self, t: int):
+    """How the one-step band's step t changes the ground truth's: its rows
+    reordered, within each device's slice or across the batch by turns."""
+    return perturbations.RowOrder(("slices", "batch")[t % 2], 7)
 
   # --- what it reports ---------------------------------------------------
 

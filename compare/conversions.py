@@ -1,0 +1,74 @@
+"""pmap's layouts and their jax.sharding twins, converted for a team's port.
+
+A pmap program holds its state as one copy per device, stacked on a leading
+axis (`replicate`), and takes its batch as `[devices, per-device batch,
+...]` (`split_batch`). Its port holds the same values as arrays on a `Mesh`:
+one logical copy replicated over it (`to_mesh`), the batch split over its
+devices along the leading axis (`shard_batch`). `device_key` gives every
+device its own dropout key, the same way under pmap and under shard_map.
+"""
+
+import einops
+import flax.jax_utils
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+
+def replicate(tree, devices):
+  """One copy of `tree` per device, stacked on a new leading axis (pmap)."""
+  return flax.jax_utils.replicate(tree, devices=list(devices))
+
+
+def unreplicate(tree):
+  """The first copy of a stacked (pmap) tree, as numpy.
+
+  Not `flax.jax_utils.unreplicate`: on one device it sees a fully
+  replicated `[1, ...]` array and keeps the device axis (flax 0.12.8).
+  """
+  return jax.tree.map(lambda x: np.asarray(x.addressable_shards[0].data)[0]
+                      if isinstance(x, jax.Array) else np.asarray(x)[0], tree)
+
+
+def split_batch(batch, n_devices: int):
+  """A global batch as pmap takes it: `[n_devices, rows / n, ...]` (numpy
+  or jax arrays, also inside a traced function)."""
+  return jax.tree.map(
+      lambda x: einops.rearrange(x, "(d b) ... -> d b ...", d=n_devices),
+      batch)
+
+
+def to_mesh(tree, mesh):
+  """One logical copy of a host tree, replicated over `mesh` (`P()`)."""
+  return jax.device_put(tree, NamedSharding(mesh, P()))
+
+
+def shard_batch(batch, mesh):
+  """A global host batch split over all of `mesh`'s devices by rows."""
+  return jax.device_put(batch, NamedSharding(mesh, P(mesh.axis_names)))
+
+
+def stacked_to_mesh(tree, mesh):
+  """A stacked (pmap) tree as arrays on `mesh` with the same leading axis,
+  one row per device (`P(axis names)`): per-device values moved as they are."""
+  return jax.tree.map(lambda x: jax.device_put(
+      np.asarray(x), NamedSharding(mesh, P(mesh.axis_names))), tree)
+
+
+def to_devices(tree, devices):
+  """Arrays on a mesh with one row per device, as pmap's stacked layout on
+  `devices`: row i on device i, the input pmap takes."""
+  mesh = jax.sharding.Mesh(np.array(list(devices)), ("devices",))
+  return jax.device_put(jax.device_get(tree),
+                        NamedSharding(mesh, P("devices")))
+
+
+def device_key(key, axis_name: str):
+  """This device's own key: `key` folded with its index along `axis_name`.
+
+  The same call inside a pmap'd step and inside a shard_map'd port gives
+  device i the same key, so their dropout masks agree; without it every
+  device draws the same mask.
+  """
+  return jax.random.fold_in(key, jax.lax.axis_index(axis_name))

@@ -1,0 +1,216 @@
+"""A `Port`'s runs as strategy modules, and the strategy that judges them.
+
+`compare.prove` turns a team's `Port` into what the runner runs for our own
+strategies: a module per run with the `training.protocol.StrategyModule`
+API (pmap's, the port's and the optional one-device reference's), and a
+`PortStrategy` with its pairs, tolerances, calibration and controls.
+"""
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from compare import conversions
+from compare import negative_controls as controls
+from compare import perturbations
+from compare.reference import OneDevice
+from compare.strategies.base import RunSpec
+from compare.strategies.base import Strategy
+from compare.tolerances import Tolerance
+from legacy_pmap import devices as pmap_devices
+from sharded import devices as mesh_devices
+from workloads import canonical
+
+FIRST_STEP = Tolerance(rtol=1e-5, atol=1e-5, reason=(
+    "after one step from the same state the runs differ only in summation "
+    "order, far below 1e-5 of each leaf's largest value; a 1% change of the "
+    "update is 1e-2 of it"))
+FINAL = Tolerance(rtol=1e-3, atol=1e-3, reason=(
+    "shown, not judged: a pair that is not bitwise at the end is judged by "
+    "its metrics against the calibration runs"))
+# The calibration runs' nudge seeds (`perturbations.BatchNudge`).
+NUDGE_SEEDS = {"calibration": 1, "calibration_seed2": 2,
+               "calibration_seed3": 3}
+
+
+@dataclasses.dataclass(frozen=True)
+class PortConfig:
+  """What the runner reads of a config, for a `Port`."""
+
+  workload: str
+  steps: int
+  global_batch: int
+  seed: int = 0
+  dataset: str = "its own batches"
+  learning_rate: float | None = None
+
+
+class _Run:
+  """One run of a `Port` (`training.protocol.StrategyModule`)."""
+
+  PROCESS_LOCAL_BATCH = False
+  STEP_TAKES_HOST_LOCAL = False
+
+  def __init__(self, port, state, step):
+    self._port, self._state, self._step = port, state, step
+
+  def make_train_step(self, config, placement, variant):
+    del config, placement, variant
+    return self._step
+
+  def make_evaluate(self, config, placement):
+    """Metrics of the state fetched to the host (none: the train loss is
+    judged instead)."""
+    del config, placement
+    evaluate = self._port.evaluate
+    return lambda state, batch: ({} if evaluate is None else {
+        k: float(v) for k, v in evaluate(self.host_state(state)).items()})
+
+  def to_host(self, state):
+    return jax.device_get(canonical.fields(self.host_state(state)))
+
+
+class PmapRun(_Run):
+  """The classic step: a copy of the state per device, batch split."""
+
+  VARIANTS = ("pmap",)
+  BACKEND = pmap_devices.BACKEND
+  CHECKPOINTS = pmap_devices
+
+  def make_placement(self, n_devices):
+    del n_devices
+    return list(self._port.mesh.devices.flat)
+
+  def create_state(self, seed, config, placement):
+    del seed, config
+    return conversions.replicate(self._state, placement)
+
+  def put_batch(self, batch, placement):
+    return conversions.to_devices(
+        conversions.split_batch(batch, len(placement)), placement)
+
+  def host_state(self, state):
+    return conversions.unreplicate(state)
+
+  def metrics_to_host(self, metrics):
+    """Per-device values averaged (equal where the step pmean'd them)."""
+    return jax.tree.map(lambda x: np.mean(np.asarray(x), axis=0)
+                        if np.ndim(x) else np.asarray(x),
+                        jax.device_get(metrics))
+
+
+class MeshRun(_Run):
+  """The port: the state replicated on the mesh, the batch split over it."""
+
+  VARIANTS = ("port",)
+  BACKEND = mesh_devices.BACKEND
+  CHECKPOINTS = mesh_devices
+
+  def make_placement(self, n_devices):
+    del n_devices
+    return self._port.mesh
+
+  def create_state(self, seed, config, placement):
+    del seed, config
+    return conversions.to_mesh(self._state, placement)
+
+  def put_batch(self, batch, placement):
+    return conversions.shard_batch(batch, placement)
+
+  def host_state(self, state):
+    return jax.device_get(state)
+
+  def metrics_to_host(self, metrics):
+    return jax.device_get(metrics)
+
+
+class ReferenceRun(MeshRun):
+  """The optional ground truth: one device, the whole global batch."""
+
+  VARIANTS = ("reference",)
+  BACKEND = "reference"
+  CHECKPOINTS = None
+
+  def make_placement(self, n_devices):
+    del n_devices
+    return OneDevice(jax.local_devices()[0], self._port.mesh.size)
+
+  def create_state(self, seed, config, placement):
+    del seed, config
+    return jax.device_put(self._state, placement.device)
+
+  def put_batch(self, batch, placement):
+    return jax.device_put(batch, placement.device)
+
+
+class PortStrategy(Strategy):
+  """A team's `Port`, judged as our strategies are."""
+
+  program = "port"
+  port_runs = ("port",)
+  throughput_pair = ("pmap", "port")
+  negative_controls = controls.late_controls()
+  tolerances = {"first_step": FIRST_STEP, "final": FINAL}
+  loss_convention = "the train loss as the steps return it (pmap's averaged over devices)"
+
+  def __init__(self, port, state, batches, rows):
+    self.name, self._batches = port.name, batches
+    self._nudge = (perturbations.BatchNudge
+                   if perturbations.has_floats(batches(0))
+                   else perturbations.StateNudge)
+    runs = [RunSpec("pmap", PmapRun(port, state, port.pmap_step), "pmap"),
+            RunSpec("port", MeshRun(port, state, port.port_step), "port")]
+    if port.reference_step is not None:
+      runs.append(RunSpec("reference", ReferenceRun(
+          port, state, port.reference_step), "reference"))
+      self.pairs = (("pmap", "port"), ("pmap", "reference"),
+                    ("port", "reference"))
+    else:
+      self.truth, self.pairs = "pmap", (("port", "pmap"),)
+    self.runs = tuple(runs)
+    self.calibration_change = (
+        "its batch's floats nudged by one ulp"
+        if self._nudge is perturbations.BatchNudge else
+        "its state's floats nudged by one ulp")
+    self.judged_metrics = (("train_loss",) if port.evaluate is None else
+                           tuple(port.evaluate(state)))
+    self.config = PortConfig("team program", port.steps, rows)
+
+  def train_batches(self, config, data):
+    del data
+    return (self._batches(i) for i in range(config.steps))
+
+  def timing_batches(self, config, data, count):
+    del config, data
+    return self._batches.first(count)
+
+  def test_batch(self, data, n_devices):
+    del data, n_devices
+    return {}
+
+  def train_size(self, data):
+    del data
+    return 0
+
+  def test_size(self, data, n_devices):
+    del data, n_devices
+    return None
+
+  def calibrations(self):
+    return {name: self._nudge(seed) for name, seed in NUDGE_SEEDS.items()}
+
+  def calibration_summary(self, count):
+    what = ("batches" if self._nudge is perturbations.BatchNudge else
+            "initial state")
+    return (f"the {self.truth} trained again {count} times, the floats of "
+            f"its {what} moved one ulp (rounding only); the band is their "
+            "largest drift per step")
+
+  def lockstep_perturbation(self, t):
+    return self._nudge(1000 + t)
+
+  def summarize(self, sums, config):
+    """The port's `evaluate` metrics, as floats."""
+    del config
+    return {k: float(v) for k, v in sums.items()}

@@ -1,0 +1,164 @@
+"""`prove`: the whole proof of a port, for our strategies and a team's own.
+
+`python -m compare --strategy S` and `--program PKG.MODULE:NAME` both come
+here, as does a team's own code (`compare.prove(port)`) and its CI
+(`compare.testing`): the first-step and lockstep checks, the free-running
+outcome against a calibration, digests, throughput, compile time,
+collectives and memory per run, in one report.
+"""
+
+import dataclasses
+import datetime
+import os
+
+from compare import port as port_module
+from compare import report as report_module
+from launch import distributed
+from launch import files
+
+EXIT_PASS, EXIT_DIFFER, EXIT_DIVERGED = 0, 1, 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Proof:
+  """What `prove` found.
+
+  Attributes:
+    report: the whole report, as `--json` writes it.
+    strategy: what was proved (a registered strategy, or a team's program).
+  """
+
+  report: dict
+  strategy: object
+
+  @property
+  def verdict(self) -> str:
+    """`pass`, `fail` (a pair differs) or `diverged`."""
+    return self.report["verdict"]
+
+  @property
+  def passed(self) -> bool:
+    return self.verdict == "pass"
+
+  @property
+  def first_failure(self) -> str | None:
+    """The earliest failing step in words, or None."""
+    return self.report.get("first_failure")
+
+  @property
+  def exit_code(self) -> int:
+    """`python -m compare`'s exit code: 0 pass, 1 differ, 3 diverged."""
+    return {"pass": EXIT_PASS, "fail": EXIT_DIFFER}.get(self.verdict,
+                                                         EXIT_DIVERGED)
+
+  def table(self) -> str:
+    """The printed report."""
+    return report_module.table(self.report,
+                               self.strategy.report_lines(self.report))
+
+  def write_json(self, path: str) -> None:
+    """The report as JSON at `path`, atomically."""
+    files.write_json(self.report, path)
+
+  def plot(self, path: str) -> None:
+    """Loss, metrics, drift and lockstep panels as a PNG at `path`."""
+    self.strategy.plot(self.report, path)
+
+
+def prepare(port, steps: int | None = None):
+  """A team's `Port`, checked (`port.check`) and made a strategy.
+
+  Returns:
+    `(strategy, config)`; raises `PortError` (one line) on any mistake.
+  """
+  from compare import port_runs  # pylint: disable=g-import-not-at-top
+  if steps is not None:
+    port = dataclasses.replace(port, steps=steps)
+  state, batches, rows = port_module.check(port)
+  strategy = port_runs.PortStrategy(port, state, batches, rows)
+  return strategy, strategy.config
+
+
+def _control(strategy, control, steps):
+  if control is None or not isinstance(control, str):
+    return control
+  control = strategy.control(control)
+  if control.step and control.step > steps:
+    raise port_module.PortError(
+        f"--negative-control {control.name}: step {control.step} is past "
+        f"the last step ({steps})")
+  return control
+
+
+def prove(program, *, steps: int | None = None, control=None,
+          check_every: int = 1, windows: int = 10, progress: bool = False,
+          config=None, data=None, n_devices: int | None = None,
+          switch_at: int | None = None) -> Proof:
+  """Proves a port: every run from the same state on the same batches.
+
+  Args:
+    program: a team's `compare.Port`, or one of our strategies
+      (`compare.strategies.STRATEGIES`), which also needs `config`, `data`
+      and `n_devices` (the CLI checks them).
+    steps: a `Port`'s steps, overriding its own.
+    control: a negative control's name (e.g. `"update-1pct-at:20"`) to
+      plant in the port's runs, so that the proof must fail.
+    check_every: lockstep checks at step 1, every K-th step and the last.
+    windows: timing windows per run.
+    progress: a progress bar on stderr.
+    config: a strategy's config.
+    data: a strategy's dataset.
+    n_devices: a strategy's devices per process.
+    switch_at: a strategy's port restores pmap's checkpoint of this step.
+
+  Returns:
+    The `Proof`.
+
+  Raises:
+    PortError: a `Port` that cannot be proved as described, before anything
+      compiles.
+  """
+  from compare import runner  # pylint: disable=g-import-not-at-top
+  if isinstance(program, port_module.Port):
+    strategy, config = prepare(program, steps)
+    n_devices, data = program.mesh.size, None
+  else:
+    strategy = program
+  control = _control(strategy, control, config.steps)
+  result = runner.compare(strategy, config, data, n_devices, windows=windows,
+                          progress=progress, control=control,
+                          check_every=check_every, switch_at=switch_at)
+  full = {**describe(strategy, config, n_devices, control, switch_at),
+          **strategy.report_fields(config), **result}
+  full["throughput_ratio_shard_map_vs_pmap"] = (
+      report_module.throughput_ratio(full))
+  return Proof(full, strategy)
+
+
+def describe(strategy, config, n_devices: int, control=None,
+             switch_at=None) -> dict:
+  """The report's header fields: what ran, where, on what."""
+  import jax  # pylint: disable=g-import-not-at-top
+  return {"schema": report_module.SCHEMA, "strategy": strategy.name,
+          "date": datetime.date.today().isoformat(),
+          "workload": config.workload, "dataset": config.dataset,
+          "platform": jax.devices()[0].platform,
+          "devices": n_devices * jax.process_count(),
+          "processes": jax.process_count(),
+          "collectives": distributed.collectives(),
+          "jax_version": jax.__version__,
+          **pmap_runtime(),
+          "load_average": [round(x, 2) for x in os.getloadavg()],
+          "steps": config.steps, "global_batch": config.global_batch,
+          "learning_rate": config.learning_rate, "seed": config.seed,
+          "negative_control": getattr(control, "name", control),
+          "switch_at": switch_at,
+          "loss_convention": strategy.loss_convention}
+
+
+def pmap_runtime() -> dict:
+  """Which pmap runs here, and the warning when JAX_PMAP_SHMAP_MERGE is
+  ignored."""
+  from legacy_pmap import devices  # pylint: disable=g-import-not-at-top
+  return {"pmap_runtime": devices.pmap_runtime(),
+          "pmap_runtime_warning": devices.pmap_runtime_warning()}

@@ -1,0 +1,112 @@
+"""Proving a port in a team's CI: an assertion, and 8 emulated devices.
+
+In a test::
+
+    from compare import testing
+
+    def test_port_is_equivalent():
+      testing.assert_port_equivalent(my_package.port())
+
+The devices: add `shardport_devices = 8` to the `[tool.pytest.ini_options]`
+of `pyproject.toml` (or `pytest.ini`). The `shardport` pytest plugin, which
+installing shardport registers, then emulates that many CPU devices before
+any test module imports jax (`pytest_load_initial_conftests`), and fails the
+session at once where jax started before it could. Without the plugin, the
+same recipe in the top `conftest.py`, before anything imports jax::
+
+    from launch import emulation
+    emulation.set_cpu_device_count(8)
+"""
+
+import os
+
+INI = "shardport_devices"
+
+
+def assert_port_equivalent(port, *, steps=None, check_every: int = 1,
+                           windows: int = 1, control=None):
+  """Proves `port` (a `compare.Port`) and fails the test where it differs.
+
+  Args:
+    port: the team's program and its port.
+    steps: steps to train, overriding the port's own.
+    check_every: lockstep checks at step 1, every K-th step and the last.
+    windows: timing windows per run (1: a CI run needs no timing).
+    control: a negative control to plant (e.g. `"update-1pct-at:5"`), to
+      show in the team's own CI that the proof can fail.
+
+  Returns:
+    The `compare.Proof`, for further assertions.
+
+  Raises:
+    AssertionError: the port is not equivalent (the message names the first
+      failing step, the pair, the leaf and the sizes), or the `Port` itself
+      is wrong (its one-line `PortError`).
+  """
+  from compare import port as port_module  # pylint: disable=g-import-not-at-top
+  from compare import proof  # pylint: disable=g-import-not-at-top
+  try:
+    result = proof.prove(port, steps=steps, check_every=check_every,
+                         windows=windows, control=control)
+  except port_module.PortError as err:
+    raise AssertionError(f"{getattr(port, 'name', port)!s}: {err}") from None
+  if not result.passed:
+    raise AssertionError(failure_message(result.report))
+  return result
+
+
+def failure_message(report: dict) -> str:
+  """Why a proof failed, in one paragraph: the first failing step, the pair
+  and the leaf, then the sizes."""
+  sizes = (f"{report['devices']} devices, global batch "
+           f"{report['global_batch']}, {report['steps']} steps")
+  if report["verdict"] == "diverged":
+    return (f"{report['strategy']}: training diverged at step "
+            f"{report['diverged_at']} in {', '.join(report['diverged_runs'])}"
+            f" ({sizes})")
+  failing = [v for v in report["equivalence"] if v["verdict"] == "differ"]
+  first = report.get("first_failure")
+  if first is None and failing:
+    v = failing[0]
+    first = (f"{v['a']} vs {v['b']} differ at the {v['at'].replace('_', ' ')}"
+             + (f", most at {v['worst']}" if v.get("worst") else ""))
+  return f"{report['strategy']} is not equivalent: {first} ({sizes})"
+
+
+def _devices(config) -> int | None:
+  value = config.getoption("shardport_devices", None) or config.getini(INI)
+  if not value:
+    return None
+  if not str(value).isdigit() or int(value) < 1:
+    import pytest  # pylint: disable=g-import-not-at-top
+    raise pytest.UsageError(f"{INI} must be a positive integer, got {value!r}")
+  return int(value)
+
+
+def pytest_addoption(parser):
+  """`shardport_devices` (ini) and `--shardport-devices N`."""
+  parser.addini(INI, "emulated CPU devices for jax, set before it starts")
+  parser.addoption("--shardport-devices", dest="shardport_devices",
+                   default=None, help="emulated CPU devices for jax")
+
+
+def pytest_load_initial_conftests(early_config, parser, args):
+  """Sets the device count before conftest files and tests import jax."""
+  del parser, args
+  count = _devices(early_config)
+  if count:
+    from launch import emulation  # pylint: disable=g-import-not-at-top
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    emulation.set_cpu_device_count(count)
+
+
+def pytest_sessionstart(session):
+  """Fails at once where jax started with another device count."""
+  count = _devices(session.config)
+  if count:
+    import jax  # pylint: disable=g-import-not-at-top
+    import pytest  # pylint: disable=g-import-not-at-top
+    if jax.device_count() != count:
+      raise pytest.UsageError(
+          f"{INI} = {count} but jax sees {jax.device_count()} devices: jax "
+          "started before the plugin could set XLA_FLAGS")

@@ -1,0 +1,1 @@
+"""Example team programs written for jax.pmap, each beside its port."""

@@ -1,0 +1,1 @@
+"""A small ResNet on digits: the pmap program, its port, and two wrong ports."""
