@@ -19,6 +19,21 @@ pytest plugin) imports no jax before the emulated device count is set.
 """
 
 import importlib
+import typing
+
+if typing.TYPE_CHECKING:  # the names, for type checkers and the guide
+  from compare.conversions import device_key
+  from compare.conversions import replicate
+  from compare.conversions import shard_batch
+  from compare.conversions import split_batch
+  from compare.conversions import stacked_to_mesh
+  from compare.conversions import to_devices
+  from compare.conversions import to_mesh
+  from compare.conversions import unreplicate
+  from compare.port import Port
+  from compare.port import PortError
+  from compare.proof import Proof
+  from compare.proof import prove
 
 # Public name -> the module that defines it.
 _PUBLIC = {

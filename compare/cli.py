@@ -57,6 +57,15 @@ _PROGRAM_FLAGS = ("program", "devices", "steps", "negative_control",
                   "check_every", "windows", "json", "plot")
 
 
+def _process_actions(parser):
+  """The actions `options.add_process_options` adds."""
+  probe = options.Parser(prog="probe")
+  options.add_process_options(probe)
+  flags = {s for a in probe._actions for s in a.option_strings}  # pylint: disable=protected-access
+  return [a for a in parser._actions  # pylint: disable=protected-access
+          if set(a.option_strings) & flags and a.dest != "help"]
+
+
 def _check_program(args):
   """`--program` with flags that belong to our strategies is bad usage."""
   parser = build_parser()
@@ -64,9 +73,14 @@ def _check_program(args):
     name = action.dest
     if name in _PROGRAM_FLAGS or name == "help":
       continue
-    if getattr(args, name, None) != action.default:
-      raise UsageError(f"--program does not go with {action.option_strings[0]}"
-                       " (the program fixes it)")
+    if getattr(args, name, None) == action.default:
+      continue
+    flag = action.option_strings[0]
+    if action in _process_actions(parser):
+      raise UsageError(f"--program runs in one process; it does not go "
+                       f"with {flag}")
+    raise UsageError(f"--program does not go with {flag} (the program "
+                     "fixes it)")
 
 
 def _check(args):

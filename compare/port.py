@@ -42,7 +42,8 @@ class Port:
     mesh: the port's mesh; pmap runs on the same devices, in its order.
     batches: the global host batches (pytrees of numpy arrays, rows
       leading): a function of the 0-based step, or an iterable.
-    steps: optimiser steps to train.
+    steps: optimiser steps to train (`prove(steps=...)` overrides it; `init`
+      is not built again, so a schedule made for `steps` keeps its length).
     reference_step: optional one-device ground truth, `(state, global
       batch) -> (state, metrics)`; without it pmap is the ground truth.
     evaluate: optional test metrics of a host state, `state -> {name:

@@ -164,7 +164,7 @@ class PortStrategy(Strategy):
     if port.reference_step is not None:
       runs.append(RunSpec("reference", ReferenceRun(
           port, state, port.reference_step), "reference"))
-      self.pairs = (("pmap", "port"), ("pmap", "reference"),
+      self.pairs = (("port", "pmap"), ("pmap", "reference"),
                     ("port", "reference"))
     else:
       self.truth, self.pairs = "pmap", (("port", "pmap"),)

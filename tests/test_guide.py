@@ -34,7 +34,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # What the guide reads: the project's packages, its docs, tests and
 # constraints; never virtual environments, data or build outputs.
 _COPIED = ("legacy_pmap", "sharded", "compare", "launch", "training",
-           "workloads", "docs", "bench", "tests", "constraints", ".ci")
+           "workloads", "docs", "bench", "examples", "tests", "constraints",
+           ".ci")
 
 
 @pytest.fixture(name="copy")

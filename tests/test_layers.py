@@ -18,7 +18,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # package and any lower one. The backends share a layer and never import
 # each other.
 LAYERS = {"workloads": 0, "launch": 1, "training": 2, "legacy_pmap": 3,
-          "sharded": 3, "compare": 4, "bench": 5, "docs": 6, "tests": 7}
+          "sharded": 3, "compare": 4, "bench": 5, "examples": 5, "docs": 6,
+          "tests": 7}
 
 
 def _modules():

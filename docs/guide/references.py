@@ -18,7 +18,7 @@ from docs.guide import GuideError
 from docs.guide.sources import defines
 
 PROJECT = ("workloads", "launch", "training", "legacy_pmap", "sharded", "compare",
-           "bench", "docs")
+           "bench", "examples", "docs")
 PATH_ROOTS = (*PROJECT, "tests", ".ci", "constraints")
 LIBRARIES = {"jax": "jax", "lax": "jax.lax", "jnp": "jax.numpy",
              "flax": "flax", "jax_utils": "flax.jax_utils", "optax": "optax",

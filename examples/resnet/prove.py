@@ -2,16 +2,16 @@
 
 `python -m compare --program examples.resnet.prove:port` proves the port;
 `...:unsynced_batch_norm` and `...:same_dropout_key` prove the two wrong
-ports of `wrong_ports`, which must fail at step 1. `tests/test_example.py`
-runs all three through `compare.testing`, the pytest helper. Everything
-between the region markers is the team's own code.
+ports of `wrong_ports`, which must fail at step 1. `tests/test_prove.py`
+runs all three through `compare.testing`, the pytest helper. The region is
+all the code a team writes to plug its program in.
 """
 
 # region: prove-your-port
 import jax
 
 import compare
-from examples.resnet import data, train_pmap, train_port, wrong_ports
+from examples.resnet import data, train_pmap, train_port
 from examples.resnet.state import create_train_state, evaluate
 
 STEPS = 30
@@ -36,6 +36,8 @@ def port(make_port_step=train_port.make_port_step, steps=STEPS):
       mesh=mesh, batches=data.host_batch, steps=steps,
       reference_step=reference_step(mesh.size), evaluate=evaluate)
 # endregion
+
+from examples.resnet import wrong_ports  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def unsynced_batch_norm():

@@ -1,0 +1,126 @@
+"""`python -m compare --program`, the pytest plugin, and the calibration's
+nudges: what `tests/test_prove.py` (public API only) cannot reach."""
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+from compare import cli
+from compare import perturbations
+
+pytest_plugins = ("pytester",)
+TOY = "tests.toy_ports"
+
+
+def test_program_runs_from_the_command_line(tmp_path, capsys):
+  path = tmp_path / "report.json"
+  assert cli.main(["--program", f"{TOY}:port", "--steps", "4", "--windows",
+                   "1", "--json", str(path)]) == 0
+  out = capsys.readouterr().out
+  assert out.startswith("toy / team program on its own batches")
+  assert "verdict: pass" in out
+  assert json.loads(path.read_text())["steps"] == 4
+
+
+def test_a_planted_control_exits_1(capsys):
+  assert cli.main(["--program", f"{TOY}:port", "--steps", "6", "--windows",
+                   "1", "--negative-control", "update-1pct-at:3"]) == 1
+  assert "verdict: fail, first at step 3: port vs pmap" in (
+      capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--program", "nosuch.module:port"], "cannot import nosuch.module"),
+    (["--program", f"{TOY}"], "--program takes PKG.MODULE:NAME"),
+    (["--program", f"{TOY}:nothing"], f"{TOY} has no nothing"),
+    (["--program", f"{TOY}:ROWS"], "ROWS is a int, not a compare.Port"),
+    (["--program", f"{TOY}:wrong_tree"], "port_step's state has no leaf"),
+    (["--program", f"{TOY}:wrong_split"], "60 rows do not split"),
+    (["--program", f"{TOY}:wrong_callable"], "port_step is not callable"),
+    (["--program", f"{TOY}:wrong_reference"],
+     "reference_step's state has no leaf"),
+    (["--program", f"{TOY}:port", "--workload", "cnn"],
+     "--program does not go with --workload"),
+    (["--program", f"{TOY}:port", "--strategy", "ensemble"],
+     "--program does not go with --strategy"),
+    (["--program", f"{TOY}:port", "--processes", "2"],
+     "--program runs in one process; it does not go with --processes"),
+    (["--program", f"{TOY}:port", "--negative-control", "no-pmean"],
+     "unknown --negative-control 'no-pmean' for toy"),
+    (["--program", f"{TOY}:port", "--negative-control", "update-1pct-at:99"],
+     "step 99 is past the last step (12)"),
+])
+def test_a_plugging_mistake_exits_2_with_one_line(capsys, argv, words):
+  assert cli.main(argv) == 2
+  err = capsys.readouterr().err
+  assert words in err and err.count("\n") == 1 and err.startswith("compare:")
+
+
+def test_the_plugin_emulates_the_devices_the_ini_asks_for(pytester,
+                                                          monkeypatch):
+  monkeypatch.delenv("XLA_FLAGS", raising=False)
+  pytester.makeini("[pytest]\nshardport_devices = 4\n")
+  pytester.makepyfile(test_devices=textwrap.dedent("""
+      import jax
+
+      def test_four():
+        assert jax.device_count() == 4
+  """))
+  pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(
+      passed=1)
+
+
+def test_the_plugin_fails_the_session_when_jax_started_otherwise(
+    pytester, monkeypatch):
+  # The count is already set elsewhere (as by a conftest that ran first):
+  # the plugin cannot change it and must say so rather than run on 2.
+  monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+  pytester.makeini("[pytest]\nshardport_devices = 4\n")
+  pytester.makepyfile(test_devices="def test_any():\n  pass\n")
+  result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+  assert result.ret != 0
+  result.stderr.fnmatch_lines(["*shardport_devices = 4 but jax sees 2*"])
+
+
+def test_a_nudge_moves_every_float_one_ulp_and_copies_alike():
+  x = np.array([1.0, -2.5, 0.0, 3e-8, 1.0], np.float32)
+  moved = perturbations.nudged(x, seed=3)
+  assert np.all(np.abs(moved.view(np.int32) - x.view(np.int32)) <= 1)
+  assert np.all(moved != x)
+  assert moved[0] == moved[4]  # equal values move alike
+  ints = np.arange(3, dtype=np.int32)
+  assert perturbations.nudged(ints, 3) is ints or np.array_equal(
+      perturbations.nudged(ints, 3), ints)
+
+
+def test_a_batch_without_floats_is_calibrated_by_nudging_the_state():
+  assert perturbations.has_floats({"x": np.zeros(2, np.float32)})
+  assert not perturbations.has_floats({"tokens": np.zeros(2, np.int32)})
+  batch = {"tokens": np.arange(4, dtype=np.int32)}
+  assert perturbations.StateNudge(1).batch(batch, 0, 8) is batch
+  nudged = perturbations.BatchNudge(1).batch(
+      {"x": np.ones(4, np.float32)}, 0, 8)
+  assert not np.array_equal(nudged["x"], np.ones(4, np.float32))
+
+
+def _region(path, tag):
+  lines = open(path, encoding="utf-8").read().splitlines()
+  start = lines.index(f"# region: {tag}")
+  return lines[start + 1:lines.index("# endregion", start)]
+
+
+def test_the_example_plugs_in_with_30_lines_or_fewer():
+  region = _region("examples/resnet/prove.py", "prove-your-port")
+  assert 10 < len(region) <= 30, len(region)
+
+
+def test_the_readme_example_runs(capsys):
+  readme = open("README.md", encoding="utf-8").read()
+  block = next(b for b in readme.split("```python\n")[1:]
+               if "compare.Port(" in b).split("```")[0]
+  exec(compile(block.replace("compare.prove(port)",  # pylint: disable=exec-used
+                             "compare.prove(port, steps=3, windows=1)"),
+               "README.md", "exec"), {})
+  assert "verdict: pass" in capsys.readouterr().out
