@@ -53,6 +53,9 @@ part "compare ensemble" python -m compare --strategy ensemble \
   --epochs 1 --windows 2 --json "$out/ensemble.json"
 part "compare accumulation" python -m compare --strategy accumulation \
   --steps 3 --windows 2 --json "$out/accumulation.json"
+part "compare --program (a team's port)" python -m compare \
+  --program examples.resnet.prove:port --steps 5 --windows 2 \
+  --json "$out/program.json"
 # A late mistake (the port's update 1% off at step 2 only) must exit 1.
 late() {
   python -m compare --strategy data_parallel --steps 3 --windows 2 \

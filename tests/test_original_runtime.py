@@ -30,6 +30,8 @@ RUNS = {
     "accumulation": ["--strategy", "accumulation", "--steps", "3"],
     "data_parallel_late": ["--strategy", "data_parallel", "--steps", "3",
                            "--negative-control", "update-1pct-at:2"],
+    # A team's own program (examples/resnet) through `--program`.
+    "program": ["--program", "examples.resnet.prove:port", "--steps", "5"],
 }
 STRATEGIES = ("accumulation", "data_parallel", "ensemble")
 
@@ -69,6 +71,15 @@ def test_compare_reports_original_runtime_and_bitwise_pmap(strategy,
               if (v["a"], v["b"]) == ("pmap", "shard_map")}
   assert verdicts == {"first_step": "bitwise", "lockstep": "bitwise",
                       "final": "bitwise"}, verdicts
+  assert report["verdict"] == "pass"
+
+
+def test_a_teams_port_is_proved_against_the_original_runtime(tmp_path):
+  report = _report("program", tmp_path)
+  assert report["pmap_runtime"] == "original"
+  verdicts = {v["at"]: v["verdict"] for v in report["equivalence"]
+              if (v["a"], v["b"]) == ("port", "pmap")}
+  assert verdicts["first_step"] in ("bitwise", "close"), verdicts
   assert report["verdict"] == "pass"
 
 

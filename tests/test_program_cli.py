@@ -2,6 +2,7 @@
 nudges: what `tests/test_prove.py` (public API only) cannot reach."""
 
 import json
+import pathlib
 import textwrap
 
 import numpy as np
@@ -12,6 +13,7 @@ from compare import perturbations
 
 pytest_plugins = ("pytester",)
 TOY = "tests.toy_ports"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_program_runs_from_the_command_line(tmp_path, capsys):
@@ -106,7 +108,7 @@ def test_a_batch_without_floats_is_calibrated_by_nudging_the_state():
 
 
 def _region(path, tag):
-  lines = open(path, encoding="utf-8").read().splitlines()
+  lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
   start = lines.index(f"# region: {tag}")
   return lines[start + 1:lines.index("# endregion", start)]
 
@@ -117,7 +119,7 @@ def test_the_example_plugs_in_with_30_lines_or_fewer():
 
 
 def test_the_readme_example_runs(capsys):
-  readme = open("README.md", encoding="utf-8").read()
+  readme = (ROOT / "README.md").read_text(encoding="utf-8")
   block = next(b for b in readme.split("```python\n")[1:]
                if "compare.Port(" in b).split("```")[0]
   exec(compile(block.replace("compare.prove(port)",  # pylint: disable=exec-used
