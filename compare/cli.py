@@ -87,7 +87,7 @@ def _check(args):
   if args.program:
     _check_program(args)
   elif args.strategy is None:
-    args.strategy = "ensemble"
+    args.strategy = options.DEFAULT_STRATEGY
   options.check_positive(args)
   for flag, value in (("--windows", args.windows),
                       ("--check-every", args.check_every)):

@@ -25,9 +25,13 @@ POSITIVE = ("devices", "processes", "steps", "global_batch", "members",
             "heartbeat_timeout", "shutdown_timeout")
 
 
+# `--strategy` where none is given.
+DEFAULT_STRATEGY = "ensemble"
+
+
 def add_run_options(parser: argparse.ArgumentParser,
                     strategies: tuple[str, ...],
-                    default_strategy: str | None = "ensemble") -> None:
+                    default_strategy: str | None = DEFAULT_STRATEGY) -> None:
   """Adds the options that define a training run (strategy, data, config).
 
   With `default_strategy` None, an unset `--strategy` stays None (the
