@@ -13,6 +13,18 @@ emulated CPU devices.
 prints something the guide does not quote, so a JAX upgrade that changes a
 message fails CI.
 
+A case with `processes=2` starts that many jax.distributed processes on
+localhost itself (a few seconds) and raises here again what process 0 raised.
+Names: JAX quotes the function a wrong idiom applies, so the cases apply
+functions named as a reader's own code names them (`step`, `loss`, `f`, at
+module level: a function nested in a case would be quoted as
+`_case.<locals>.name`), and the index quotes no name of this repository
+(`tests/test_error_messages.py` checks).
+
+A message that takes too long to raise on every run (the gloo context that
+times out after about 30 s) is a `Recorded` row instead: quoted as this
+repository's notes record it, and never run here.
+
 optax 0.2.7 cannot be installed beside optax 0.2.8; its case runs the line
 optax 0.2.7 runs on import (`jax.config.update('jax_pmap_shmap_merge',
 False)`, in `optax/contrib/_complex_valued.py`) and, when `OPTAX_027_PATH`
@@ -20,9 +32,11 @@ names a directory holding optax 0.2.7 (`pip install --no-deps --target DIR
 optax==0.2.7`), imports the real package in a subprocess as well.
 """
 
+import builtins
 import dataclasses
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import warnings
@@ -34,12 +48,14 @@ if __name__ == "__main__":
                              " --xla_force_host_platform_device_count=8")
 
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax import lax  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax.sharding import AxisType, NamedSharding  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 N = 8
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +66,23 @@ class Case:
   idiom: str  # the wrong code, in one line of markdown
   fix: str  # the guide's anchor (#...) that fixes it
   run: Callable[[], object]
+  processes: int = 1  # jax.distributed processes it needs (it starts them)
+
+
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+  """A wrong idiom whose message is quoted from this repository's notes.
+
+  Not run here, nor by the tests: raising it costs too much (`why`). The
+  quote is `source`'s text, verbatim (the test checks that it still is).
+  """
+
+  id: str
+  idiom: str
+  fix: str
+  message: str  # verbatim from `source`, elisions (`...`) included
+  source: str  # the file under the repository root that records it
+  why: str  # why it is not run
 
 
 def _raised(fn):
@@ -130,7 +163,7 @@ def _incompatible_devices():
   # A pmap over devices 4-7, its output fed to a pmap over 0-3 under jit:
   # the old pmap copied the inputs over; today's is a shard_map in the jit.
   out = jax.pmap(lambda a: 2 * a, devices=devices[4:])(_stacked()[:4])
-  jax.jit(jax.pmap(lambda a: a + 1, devices=devices[:4]))(out)
+  jax.jit(jax.pmap(f, devices=devices[:4]))(out)
 
 
 def _optax_027():
@@ -172,17 +205,32 @@ def _ring_sum(x):
   return total
 
 
+# The functions the cases apply, named as a reader's own code names them:
+# JAX quotes these names in its messages.
+def step(x):
+  """A step that sums over the ring by hand (`_ring_sum`)."""
+  return _ring_sum(x)
+
+
+def loss(x):
+  """This device's sum: a scalar."""
+  return x.sum()
+
+
+def f(a):
+  """The function a pmap applies."""
+  return a + 1
+
+
 def _check_vma_false_positive():
   mesh = jax.make_mesh((N,), ("data",), axis_types=(AxisType.Auto,))
-  jax.jit(jax.shard_map(_ring_sum, mesh=mesh, in_specs=P("data"),
+  jax.jit(jax.shard_map(step, mesh=mesh, in_specs=P("data"),
                         out_specs=P()))(np.arange(N, dtype=np.float32))
 
 
 def _scalar_out_specs():
   mesh = jax.make_mesh((N,), ("data",), axis_types=(AxisType.Auto,))
-  def device_sum(x):
-    return x.sum()
-  jax.jit(jax.shard_map(device_sum, mesh=mesh, in_specs=P("data"),
+  jax.jit(jax.shard_map(loss, mesh=mesh, in_specs=P("data"),
                         out_specs=P("data")))(np.ones(4 * N, np.float32))
 
 
@@ -195,6 +243,85 @@ def _with_mesh():
   mesh = jax.make_mesh((N,), ("data",), axis_types=(AxisType.Auto,))
   with mesh:
     pass
+
+
+def _scan_over_sharded_microbatches():
+  # Gradient accumulation's naive split (docs/traps_compiler.py's
+  # split_naive) with k = N: the device split lands on the scanned axis.
+  mesh = _explicit_mesh()
+  batch = jax.device_put(np.ones((16 * N, 2), np.float32),
+                         NamedSharding(mesh, P("data")))
+  def accumulate(b):
+    microbatches = b.reshape(N, 16, 2)  # [k, B // k, ...]
+    return lax.scan(lambda acc, mb: (acc + jnp.sum(mb ** 2), None), 0.0,
+                    microbatches)[0]
+  with jax.set_mesh(mesh):
+    jax.jit(accumulate)(batch)
+
+
+def _scan_carry_vma():
+  mesh = jax.make_mesh((N,), ("data",), axis_types=(AxisType.Auto,))
+  def accumulate(xs):  # the carry starts replicated, then adds this device's xs
+    return lax.scan(lambda acc, x: (acc + x, None), jnp.zeros(2), xs)[0]
+  jax.jit(jax.shard_map(accumulate, mesh=mesh, in_specs=P("data"),
+                        out_specs=P("data")))(np.ones((4 * N, 2), np.float32))
+
+
+def _unbound_axis():
+  # A step written for `jax.pmap(step, axis_name='batch')`, run under jit.
+  def mean_over_devices(grads):
+    return lax.psum(grads, "batch") / N
+  jax.jit(mean_over_devices)(np.ones(3, np.float32))
+
+
+def _fetch_worker(port: int, process_id: int) -> None:
+  """One of `_fetch_across_processes`' 2 processes (2 devices each): prints
+  what fetching the 4-device array raises, as JSON."""
+  jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
+                             num_processes=2, process_id=process_id,
+                             initialization_timeout=60)
+  mesh = jax.make_mesh((jax.device_count(),), ("data",))
+  whole = np.arange(2 * jax.device_count(), dtype=np.float32)
+  x = jax.make_array_from_callback(whole.shape, NamedSharding(mesh, P("data")),
+                                   lambda index: whole[index])
+  try:
+    jax.device_get(x)
+  except Exception as err:  # pylint: disable=broad-except
+    print(json.dumps({"type": type(err).__name__, "message": str(err)}),
+          flush=True)
+
+
+def _fetch_across_processes():
+  """`jax.device_get` of an array over 2 processes' devices: both processes
+  really run (jax.distributed on localhost); process 0's error, raised here."""
+  from launch import launcher  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  port = launcher.free_port()
+  env = {**launcher.worker_env(2), "PYTHONPATH": str(ROOT)}
+  workers = [subprocess.Popen(  # pylint: disable=consider-using-with
+      [sys.executable, "-c", "from docs import errors; "
+       f"errors._fetch_worker({port}, {i})"], cwd=ROOT, env=env,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+  try:
+    outputs = [worker.communicate(timeout=120) for worker in workers]
+  finally:
+    for worker in workers:
+      if worker.poll() is None:
+        worker.kill()
+        worker.wait()
+  stdout, stderr = outputs[0]
+  found = [line for line in stdout.splitlines() if line.startswith("{")]
+  if not found and workers[0].returncode == 0:
+    return  # it fetched: no error
+  if not found:
+    raise ChildProcessError(
+        f"process 0 of 2 exited with {workers[0].returncode}: "
+        + " | ".join(stderr.strip().splitlines()[-3:]))
+  raised = json.loads(found[-1])
+  kind = getattr(builtins, raised["type"], None)
+  if not (isinstance(kind, type) and issubclass(kind, Exception)):
+    kind = type(raised["type"], (Exception,), {})  # keeps JAX's type's name
+  raise kind(raised["message"])
 
 
 CASES = (
@@ -232,6 +359,27 @@ CASES = (
     Case("experimental-shard-map", "`from jax.experimental.shard_map import "
          "shard_map` (a warning)", "#check-vma", _experimental_shard_map),
     Case("with-mesh", "`with mesh:` (a warning)", "#idiom-map", _with_mesh),
+    Case("scan-sharded-xs", "`lax.scan` over microbatches split by "
+         "`batch.reshape(k, B // k, ...)` (k = N) on an Explicit mesh",
+         "#trap-microbatch", _scan_over_sharded_microbatches),
+    Case("scan-carry-vma", "a `lax.scan` in `shard_map` whose carry starts "
+         "replicated (`jnp.zeros`) and adds each device's values",
+         "#scan-carry-vma", _scan_carry_vma),
+    Case("unbound-axis", "`lax.psum(x, 'batch')` in a function run by "
+         "`jax.jit` (no pmap or shard_map binds `'batch'`)", "#unbound-axis",
+         _unbound_axis),
+    Case("non-addressable-fetch", "`jax.device_get(x)` (or `np.asarray(x)`) "
+         "of an array over several processes' devices (2 processes)",
+         "#cheap-fetch", _fetch_across_processes, processes=2),
+)
+
+RECORDED = (
+    Recorded("gloo-context", "2 processes whose first collective comes more "
+             "than about 30 s apart (one compiled slower)",
+             "#many-processes",
+             "Gloo context initialization failed: ... GetKeyValue() timed out",
+             "docs/many-hosts.md",
+             "it takes gloo's fixed timeout of about 30 s to raise"),
 )
 
 
@@ -247,6 +395,8 @@ def main(argv=None) -> int:
             "jax_version": jax.__version__,
             "devices": jax.device_count(),
             "optax_027_real_import": bool(os.environ.get("OPTAX_027_PATH")),
+            "processes": {case.id: case.processes for case in CASES
+                          if case.processes > 1},
             "messages": found}
   if argv[:1] == ["--json"]:
     with open(argv[1], "w", encoding="utf-8") as f:

@@ -28,7 +28,9 @@ import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax import lax  # pylint: disable=g-import-not-at-top,wrong-import-position
-# Raised by Explicit-axis type checks; jax 0.10 does not export it publicly.
+# Raised by Explicit-axis type checks. Private API: jax 0.10.2 exports no
+# public name for it (checked on 0.10.2; `except Exception` is the public
+# alternative).
 from jax._src.core import ShardingTypeError  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax.sharding import AxisType, NamedSharding  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -170,11 +170,22 @@ def errors_table(root):
                        "errors`")
     rows.append([f"<a id=\"err-{case.id}\"></a>{case.idiom}",
                  quoted(record["messages"][case.id]), f"[fix]({case.fix})"])
+  for entry in errors.RECORDED:  # quoted from the repository's notes
+    rows.append([f"<a id=\"err-{entry.id}\"></a>{entry.idiom}",
+                 f"{quoted(entry.message)} (as [`{entry.source}`]"
+                 f"({_from_docs(entry.source)}) records it; not rerun: "
+                 f"{entry.why})", f"[fix]({entry.fix})"])
   return (f"What jax {record['jax_version']} prints, first line, recorded by "
           f"`python -m docs.build_guide --measure errors` "
-          f"([`{MEASURED}/errors.json`](measured/errors.json)):\n\n"
+          f"([`{MEASURED}/errors.json`](measured/errors.json)), except where "
+          "a row says otherwise:\n\n"
           + markdown_table(["what you wrote", "what JAX prints", "fix"],
                            rows, ["l", "l", "l"]))
+
+
+def _from_docs(path):
+  """A link from docs/MIGRATION.md to `path` (from the repository root)."""
+  return path[len("docs/"):] if path.startswith("docs/") else f"../{path}"
 
 
 def quoted(message):
