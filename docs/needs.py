@@ -259,15 +259,19 @@ def prefetched(count=5, b=16, d=3):
           "flax batch": flax_first["x"]}
 
 
-def main():
-  for name, result in (("batch norm", batchnorm()),
-                       ("dropout masks", dropout_keys()),
-                       ("threefry, split draws", threefry_sharding()),
-                       ("threefry, values", threefry_values())):
+def show(results) -> None:
+  """Prints `(name, {key: value})` results, arrays shortened."""
+  for name, result in results:
     print(f"\n{name}:")
     with np.printoptions(threshold=8, edgeitems=2, precision=4):
       for key, value in result.items():
         print(f"  {key}: {value}")
+
+
+def main():
+  show((("batch norm", batchnorm()), ("dropout masks", dropout_keys()),
+        ("threefry, split draws", threefry_sharding()),
+        ("threefry, values", threefry_values())))
 
 
 if __name__ == "__main__":

@@ -163,12 +163,8 @@ def compile_counts(steps=3):
 
 
 def main():
-  for name, result in (("reshard", reshard_facts()),
-                       ("compiles", compile_counts())):
-    print(f"\n{name}:")
-    with np.printoptions(threshold=8, edgeitems=2, precision=4):
-      for key, value in result.items():
-        print(f"  {key}: {value}")
+  from docs import needs  # pylint: disable=g-import-not-at-top
+  needs.show((("reshard", reshard_facts()), ("compiles", compile_counts())))
 
 
 if __name__ == "__main__":

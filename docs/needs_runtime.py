@@ -271,13 +271,9 @@ def escape_hatch(timeout=120):
 
 
 def main():
-  for name, result in (("fetch", fetches()), ("scan", scan_carries()),
-                       ("nested", nested_pmaps()),
-                       ("escape hatch", escape_hatch())):
-    print(f"\n{name}:")
-    with np.printoptions(threshold=8, edgeitems=2, precision=4):
-      for key, value in result.items():
-        print(f"  {key}: {value}")
+  from docs import needs  # pylint: disable=g-import-not-at-top
+  needs.show((("fetch", fetches()), ("scan", scan_carries()),
+              ("nested", nested_pmaps()), ("escape hatch", escape_hatch())))
 
 
 if __name__ == "__main__":
