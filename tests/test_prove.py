@@ -68,6 +68,14 @@ def test_a_planted_late_mistake_fails_at_its_step(control, step):
                                    control=control)
 
 
+def test_a_one_step_mistake_near_the_end_of_the_full_run_fails_at_its_step():
+  # The band is the largest of every checked step's: a mistake late in the
+  # run is judged against the band of the whole run (a calibration that
+  # nudged the state instead of the batch let this one pass: 3.3x the band).
+  with pytest.raises(AssertionError, match="first at step 28: port vs pmap"):
+    testing.assert_port_equivalent(resnet.port(), control="update-1pct-at:28")
+
+
 def test_prove_returns_a_report_the_cli_would_print(tmp_path):
   proof = compare.prove(toy_ports.port(), windows=1)
   assert proof.verdict == "pass"
