@@ -1,9 +1,11 @@
-"""docs/MIGRATION.md stays true to the code and the measurements.
+"""docs/MIGRATION.md and docs/APPENDIX.md stay true to the code and the
+measurements.
 
-Drift (regions, names, paths, anchors, figures), the tables derived from the
-strategy registry and compare's report, the collective counts the guide's
-recipe uses, and --show-diff. Negative controls work on copies of the repo
-under tmp_path; the checkout itself is never modified.
+Drift (regions, names, paths, anchors across both documents, figures and
+their provenance lines), the tables derived from the strategy registry and
+compare's report, the collective counts the guide's recipe uses, and
+--show-diff. Negative controls work on copies of the repo under tmp_path;
+the checkout itself is never modified.
 """
 
 import json
@@ -23,16 +25,23 @@ from bench import measure as measuring
 from compare import hlo
 from compare import show_diff
 from docs import build_guide as guide
+from docs.guide import APPENDIX
+from docs.guide import APPENDIX_TEMPLATE
+from docs.guide import DOCUMENTS
+from docs.guide import GuideError
 from docs.guide import figures
 from docs.guide import references
 from docs.guide import tables
 from docs.guide.sources import source
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+TEMPLATES = [template for template, _ in DOCUMENTS]
+_ANCHOR = re.compile(r'<a id="([\w-]+)"></a>')
 
 
-# What the guide reads: the project's packages, its docs, tests and
-# constraints; never virtual environments, data or build outputs.
+# What the guide reads: the project's packages, its docs (both templates,
+# both documents, the measurements), tests and constraints; never virtual
+# environments, data or build outputs.
 _COPIED = ("legacy_pmap", "sharded", "compare", "launch", "training",
            "workloads", "docs", "bench", "examples", "tests", "constraints",
            ".ci")
@@ -56,15 +65,32 @@ def _edit(path, old, new):
   path.write_text(text.replace(old, new, 1))
 
 
+def _append(path, text):
+  with open(path, "a") as f:
+    f.write(f"\n{text}\n")
+
+
+def _section(text, anchor):
+  """The body of the section under heading `anchor`, to the next heading."""
+  body = text.split(f'<a id="{anchor}"></a>', 1)[1].split("\n", 1)[1]
+  return re.split(r"^#{1,3} ", body, maxsplit=1, flags=re.M)[0]
+
+
+def _notes(text):
+  return [line for line in text.splitlines()
+          if line.startswith(figures.NOTE)]
+
+
 @pytest.mark.jax010  # it says which jax 0.10 names are gone
 def test_guide_is_up_to_date_with_the_code():
   assert guide.check(ROOT) == [], (
-      "run `python -m docs.build_guide` and commit docs/MIGRATION.md")
+      "run `python -m docs.build_guide` and commit docs/MIGRATION.md and "
+      "docs/APPENDIX.md")
 
 
-def test_every_region_the_template_names_exists():
-  template = guide.template_text(ROOT)
-  refs = [ref for line in template.splitlines()
+def test_every_region_the_templates_name_exists():
+  refs = [ref for template in TEMPLATES
+          for line in guide.template_text(ROOT, template).splitlines()
           if (m := guide._DIRECTIVE.match(line)) and m.group(1) in (  # pylint: disable=protected-access
               "code", "diff")
           for ref in m.group(2).split()]
@@ -74,42 +100,187 @@ def test_every_region_the_template_names_exists():
     assert text.strip(), ref
 
 
-def test_every_name_and_path_the_template_mentions_exists():
-  template = guide.template_text(ROOT)
-  assert guide.check_references(ROOT, template) == []
-  for dotted in guide._LINK.findall(template):  # pylint: disable=protected-access
+@pytest.mark.parametrize("template", TEMPLATES)
+def test_every_name_and_path_the_templates_mention_exists(template):
+  text = guide.template_text(ROOT, template)
+  assert guide.check_references(ROOT, text) == []
+  for dotted in guide._LINK.findall(text):  # pylint: disable=protected-access
     assert guide.project_file(ROOT, dotted) is not None, dotted
 
 
-def test_no_figure_in_the_template_is_typed_by_hand():
-  assert figures.unbacked(guide.template_text(ROOT)) == []
-  assert figures.FIGURE.search(guide.template_text(ROOT))
+def test_no_figure_in_the_templates_is_typed_by_hand():
+  texts = [guide.template_text(ROOT, template) for template in TEMPLATES]
+  assert [figures.unbacked(text) for text in texts] == [[]] * len(texts)
+  assert figures.FIGURE.search(texts[0])  # the core shows figures
 
 
-def test_every_figure_names_its_workload_and_source():
-  text = (ROOT / guide.OUTPUT).read_text()
-  marks = re.findall(r"<sup>\[([^\]]+)\]\(#(m-[\w-]+)\)</sup>", text)
-  assert len(marks) >= 10
-  for label, anchor in marks:
-    entry = next(line for line in text.splitlines()
-                 if f'<a id="{anchor}"></a>' in line)
-    assert f"**{label}**" in entry and "--measure" in entry, entry
+def test_every_provenance_line_names_its_sources_in_the_appendix():
+  core, appendix = ((ROOT / output).read_text() for _, output in DOCUMENTS)
+  for text in core, appendix:
+    assert "<sup>" not in text  # a figure is its number and unit only
+  notes = _notes(core)
+  assert len(notes) >= 5
+  entries = {a: line for line in appendix.splitlines()
+             if (a := next(iter(_ANCHOR.findall(line)), "")).startswith("src-")}
+  for line in notes + _notes(appendix):
+    links = re.findall(r"\[(\w+)\]\(((?:APPENDIX\.md)?)#(src-[\w-]+)\)", line)
+    assert links and len({name for name, _, _ in links}) == len(links), line
+    for name, where, anchor in links:  # the core links into the appendix
+      assert where == ("APPENDIX.md" if line in notes else ""), line
+      entry = entries[anchor]
+      assert f"**{name}**" in entry and f"(measured/{name}.json)" in entry
+      assert "--measure" in entry, entry
 
 
-def test_the_contents_list_every_section():
-  text = (ROOT / guide.OUTPUT).read_text()
-  contents = text.split("## <a id=\"pins\">")[0]
-  for anchor in re.findall(r"^#{2,3} <a id=\"([\w-]+)\"></a>", text, re.M):
-    if anchor != "contents":
-      assert f"](#{anchor})" in contents, anchor
+@pytest.mark.parametrize("output", [output for _, output in DOCUMENTS])
+def test_the_contents_list_every_section_of_their_document(output):
+  text = (ROOT / output).read_text()
+  headings = re.findall(r"^#{2,3} <a id=\"([\w-]+)\"></a>", text, re.M)
+  assert headings[0] == "contents"
+  contents = _section(text, "contents")
+  assert re.findall(r"\]\(#([\w-]+)\)", contents) == headings[1:]
+  titles = re.findall(r"^#{2,3} <a id=\"[\w-]+\"></a>(.*)$", text, re.M)
+  for title in titles[1:]:  # as the heading says, its number included
+    assert f"[{title.strip()}](#" in contents, title
+
+
+def test_a_figure_is_its_number_and_its_section_ends_with_one_note(copy):
+  slowdown = figures.sources(copy)["traps"].lookup(["scan_trap", "slowdown"])
+  _append(copy / guide.TEMPLATE, "## <a id=\"probe\"></a>Probe\n\n"
+          "The scan is {{traps/scan_trap/slowdown:.1f ×}} slower; the port "
+          "aliases {{data_parallel/run/shard_map/memory/alias_mib:.2f MiB}} "
+          "and the scan is still {{traps/scan_trap/slowdown:.1f ×}} slower."
+          "\n\nA closing paragraph.\n\n"
+          "### <a id=\"probe-next\"></a>Next\n\nNo figures here.")
+  built = guide.build_all(copy)
+  section = _section(built[guide.OUTPUT], "probe")
+  assert f"The scan is {slowdown:.1f}× slower;" in section
+  assert " MiB and the scan" in section and "<sup>" not in section
+  lines = [line for line in section.splitlines() if line.strip()]
+  assert lines[-2] == "A closing paragraph."
+  assert _notes(section) == [lines[-1]]  # one line, at the end
+  assert lines[-1].startswith(
+      "*Measured: [traps](APPENDIX.md#src-traps), [data_parallel]"
+      "(APPENDIX.md#src-data-parallel) (8 emulated CPU devices; ")
+  assert lines[-1].endswith("how to measure again: see each).*")
+  assert _notes(_section(built[guide.OUTPUT], "probe-next")) == []
+  for anchor in "src-traps", "src-data-parallel":
+    assert f'<a id="{anchor}"></a>' in built[APPENDIX]
+
+
+def _documents(root, core, appendix):
+  """Both templates of the copy at `root` replaced by small ones."""
+  (root / guide.TEMPLATE).write_text(core)
+  (root / APPENDIX_TEMPLATE).write_text(appendix)
+  return guide.build_all(root)
+
+
+def test_a_table_that_names_no_source_gets_the_note_once(copy):
+  built = _documents(copy, "# Core\n\n<!-- toc -->\n\n## <a id=\"a\"></a>A"
+                     "\n\nPer call {{dispatch/tiny/pmap:.0f µs}}.\n",
+                     "# Appendix\n\n## <a id=\"d\"></a>D\n\n"
+                     "<!-- table: dispatch -->\n\nAfter the table.\n\n"
+                     "## <a id=\"e\"></a>E\n\nRatio "
+                     "{{dispatch/small/pmap_over_shard_map:.2f ×}}.\n\n"
+                     "<!-- table: dispatch -->\n\n"
+                     "## <a id=\"h\"></a>H\n\n<!-- table: many-hosts -->\n"
+                     "\n## <a id=\"f\"></a>F\n\n<!-- figures -->\n")
+  core, appendix = built[guide.OUTPUT], built[APPENDIX]
+  note = ("*Measured: [dispatch]({}#src-dispatch) (8 emulated CPU devices; "
+          "what ran, when, and how to measure again: see it).*")
+  assert _notes(_section(core, "a")) == [note.format("APPENDIX.md")]
+  assert "- [A](#a)" in core and "](#d)" not in core  # its own contents
+  under, after = _section(appendix, "d").split(note.format(""))
+  assert under.rstrip().endswith("|") and "After the table." in after
+  # a table ending a section that shows figures: one note for both
+  assert _notes(_section(appendix, "e")) == [note.format("")]
+  assert _section(appendix, "e").rstrip().endswith(note.format(""))
+  # a table that names its file (many_hosts.json) gets none
+  assert _notes(_section(appendix, "h")) == []
+  assert "(measured/many_hosts.json)" in _section(appendix, "h")
+  listed = _section(appendix, "f")
+  assert listed.count('<a id="src-') == 1  # each file once, every workload
+  assert "**tiny SGD step**" in listed and "**small SGD step**" in listed
+
+
+def test_figures_need_exactly_one_list_of_sources(copy):
+  with pytest.raises(GuideError, match=f"{APPENDIX_TEMPLATE}: a second"):
+    _documents(copy, "<!-- figures -->\n", "<!-- figures -->\n")
+  with pytest.raises(GuideError, match=f"{re.escape(guide.TEMPLATE)}: it "
+                     "shows measurements, but no template lists"):
+    _documents(copy, "It is {{traps/scan_trap/slowdown:.1f ×}}.\n", "A.\n")
+  built = _documents(copy, "It is {{traps/scan_trap/slowdown:.1f ×}}.\n\n"
+                     "<!-- figures -->\n", "A.\n")  # where it is, linked
+  assert "*Measured: [traps](#src-traps) (" in built[guide.OUTPUT]
 
 
 def test_drift_check_fails_when_a_shown_region_changes(copy):
+  guide.main(["--root", str(copy)])  # the copy's documents, up to date
   assert guide.check(copy) == []
   _edit(copy / "sharded/data_parallel.py", "check_vma=False)",
         "check_vma=True)")
   assert any("stale" in p for p in guide.check(copy))
   assert guide.main(["--check", "--root", str(copy)]) == 1
+
+
+def test_check_reports_a_stale_appendix(copy, capsys):
+  assert guide.main(["--root", str(copy)]) == 0
+  assert "wrote" in capsys.readouterr().out
+  assert guide.check(copy) == []
+  stale = [f"{APPENDIX} is stale: run `python -m docs.build_guide`"]
+  _append(copy / APPENDIX, "Edited by hand.")
+  assert guide.check(copy) == stale
+  assert guide.main(["--check", "--root", str(copy)]) == 1
+  assert stale[0] in capsys.readouterr().err
+  (copy / APPENDIX).unlink()
+  assert guide.check(copy) == stale
+  guide.main(["--root", str(copy)])
+  _append(copy / APPENDIX_TEMPLATE, "A paragraph more.")
+  assert guide.check(copy) == stale  # the core is still up to date
+  assert guide.main(["--root", str(copy)]) == 0
+  assert guide.check(copy) == []
+
+
+def test_a_missing_template_is_named(copy):
+  (copy / APPENDIX_TEMPLATE).unlink()
+  assert guide.check(copy) == [f"{APPENDIX_TEMPLATE}: no such template "
+                               "(`docs.guide.DOCUMENTS` names it)"]
+  assert guide.main(["--root", str(copy)]) == 1
+
+
+@pytest.mark.parametrize("template, link", [
+    (guide.TEMPLATE, "APPENDIX.md#no-such-anchor"),
+    (APPENDIX_TEMPLATE, "MIGRATION.md#no-such-anchor")])
+def test_a_cross_document_link_to_a_missing_anchor_fails(copy, template,
+                                                         link):
+  _append(copy / template, f"See [there]({link}).")
+  problems = guide.check(copy)
+  assert [p for p in problems if link in p] == [
+      f"{template}: link to missing anchor {link}: docs/{link.split('#')[0]}"
+      " has no such anchor"], problems
+  with pytest.raises(GuideError, match=re.escape(template)):
+    guide.build_all(copy)
+  assert guide.main(["--root", str(copy)]) == 1
+
+
+def test_a_link_to_the_other_documents_anchor_must_name_it(copy):
+  guide.main(["--root", str(copy)])  # the copy's documents, up to date
+  built = guide.build_all(copy)
+  anchors = {o: set(_ANCHOR.findall(text)) for o, text in built.items()}
+  only = sorted(anchors[APPENDIX] - anchors[guide.OUTPUT])[0]
+  _append(copy / guide.TEMPLATE, f"See [it](#{only}).")
+  assert guide.check(copy) == [
+      f"{guide.TEMPLATE}: link to #{only}, which is in {APPENDIX}: link to "
+      f"APPENDIX.md#{only}"]
+  _edit(copy / guide.TEMPLATE, f"(#{only})", f"(APPENDIX.md#{only})")
+  assert guide.check(copy) == [f"{guide.OUTPUT} is stale: run "
+                               "`python -m docs.build_guide`"]
+  only = sorted(anchors[guide.OUTPUT] - anchors[APPENDIX])[0]
+  _append(copy / APPENDIX_TEMPLATE, f"See [it](MIGRATION.md#{only}) and "
+          f"[there](#{only}).")
+  assert guide.check(copy) == [
+      f"{APPENDIX_TEMPLATE}: link to #{only}, which is in {guide.OUTPUT}: "
+      f"link to MIGRATION.md#{only}"]
 
 
 def test_drift_check_fails_when_a_measurement_changes(copy):
@@ -132,6 +303,7 @@ def test_drift_check_fails_on_an_unbalanced_region(copy):
   assert any("never ends" in p for p in guide.check(copy))
 
 
+@pytest.mark.parametrize("template", TEMPLATES)
 @pytest.mark.parametrize("line, complaint", [
     ("See `sharded.devices.no_such_name`.", "not defined"),
     ("See [[legacy_pmap.data_parallel.no_such_name]].", "not defined"),
@@ -148,11 +320,12 @@ def test_drift_check_fails_on_an_unbalanced_region(copy):
     ("See [there](#no-such-anchor).", "missing anchor"),
     ("See [the notes](no-such-notes.md).", "link to missing"),
 ])
-def test_a_wrong_line_in_the_template_is_caught(copy, line, complaint):
-  with open(copy / guide.TEMPLATE, "a") as f:
-    f.write(f"\n{line}\n")
+def test_a_wrong_line_in_either_template_is_caught(copy, template, line,
+                                                  complaint):
+  _append(copy / template, line)
   problems = guide.check(copy)
-  assert any(complaint in p for p in problems), problems
+  assert any(complaint in p and p.startswith(f"{template}: ")
+             for p in problems), problems
 
 
 def test_names_are_resolved_in_the_source_not_guessed():

@@ -1,4 +1,5 @@
-"""The guide's tables of jobs and performance, and its pasted sections.
+"""The guide's tables of jobs and performance, its pasted sections, and the
+provenance lines and list of sources of its figures and tables.
 
 Each renderer is fed a small record written here, including the failures a
 reader must see (digests that differ, a job that failed), so that a table
@@ -11,6 +12,7 @@ import json
 import pytest
 
 from docs import build_guide as guide
+from docs.guide import DOCUMENTS
 from docs.guide import GuideError
 from docs.guide import MEASURED
 from docs.guide import figures
@@ -122,13 +124,70 @@ def test_report_figures_give_window_ratios_and_share_of_peak():
   assert "share_of_peak" not in values["run"]["jit"]
 
 
-def test_a_part_is_pasted_without_its_title_and_must_exist(tmp_path):
+@pytest.mark.parametrize("name", [t for t, _ in DOCUMENTS])
+def test_a_part_is_pasted_without_its_title_and_must_exist(tmp_path, name):
   (tmp_path / "docs").mkdir()
   (tmp_path / "docs/part.md").write_text("# Title\n\nBody `x`.\n")
-  template = tmp_path / guide.TEMPLATE
-  template.parent.mkdir(parents=True, exist_ok=True)
+  template = tmp_path / name
+  with pytest.raises(GuideError, match="no such template"):
+    guide.template_text(tmp_path, name)
   template.write_text("## A\n\n<!-- part: docs/part.md -->\n\nafter\n")
-  assert guide.template_text(tmp_path) == "## A\n\nBody `x`.\n\nafter\n"
+  assert guide.template_text(tmp_path, name) == (
+      "## A\n\nBody `x`.\n\nafter\n")
   template.write_text("<!-- part: docs/missing.md -->\n")
   with pytest.raises(GuideError, match="no such file"):
-    guide.template_text(tmp_path)
+    guide.template_text(tmp_path, name)
+
+
+def test_the_provenance_line_names_each_file_once_and_links_its_entry():
+  report = figures.ReportSource("data_parallel", {
+      "strategy": "data_parallel", "devices": 8, "platform": "cpu"})
+  found = {"data_parallel": report,
+           "traps": figures.TrapsSource("traps", {"devices": 8,
+                                                  "platform": "cpu"}),
+           "gpu": figures.Source("gpu", {"devices": 1, "platform": "gpu"}),
+           "verdicts": figures.Source("verdicts", {"workload": "8 runs"})}
+  assert figures.note(["data_parallel", "traps", "data_parallel"], found,
+                      "APPENDIX.md") == (
+      "*Measured: [data_parallel](APPENDIX.md#src-data-parallel), "
+      "[traps](APPENDIX.md#src-traps) (8 emulated CPU devices; what ran, "
+      "when, and how to measure again: see each).*")
+  assert figures.note(["gpu"], found) == (
+      "*Measured: [gpu](#src-gpu) (1 GPU device; what ran, when, and how "
+      "to measure again: see it).*")
+  # devices not recorded, or not the same: each entry says
+  for names in (["verdicts"], ["gpu", "traps"], ["traps", "verdicts"]):
+    assert "(what ran, when" in figures.note(names, found)
+
+
+def test_the_list_of_sources_has_each_file_once_with_every_workload():
+  found = {"traps": figures.TrapsSource("traps", {
+      "date": "2026-01-02T03:04:05", "jax_version": "0.10.2",
+      "command": "python -m docs.build_guide --measure traps", "traps": {
+          "a_trap": {"label": "A", "workload": "a on 8 devices"},
+          "b_trap": {"label": "B", "workload": "b on 1 device"}}}),
+           "errors": figures.Source("errors", {"what": "first lines."})}
+  listed = figures.sources_list(None, {"errors": None, "traps": None}, found)
+  assert listed.splitlines() == [
+      '- <a id="src-errors"></a>**errors** ([`docs/measured/errors.json`]'
+      "(measured/errors.json)): first lines. jax ?, measured date not "
+      "recorded with `python -m docs.build_guide --measure errors`.",
+      '- <a id="src-traps"></a>**traps** ([`docs/measured/traps.json`]'
+      "(measured/traps.json)): jax 0.10.2, measured 2026-01-02 with "
+      "`python -m docs.build_guide --measure traps`; what ran:",
+      "  - **A**: a on 8 devices.", "  - **B**: b on 1 device."]
+
+
+def test_a_table_names_the_files_it_does_not_say_it_comes_from(tmp_path):
+  _write(tmp_path, "many_hosts", _many_hosts(same=True))
+  text, unnamed = guide._directive(tmp_path, "table", "many-hosts")  # pylint: disable=protected-access
+  assert "(measured/many_hosts.json)" in text and unnamed == []
+  _write(tmp_path, "dispatch", {"devices": 8, "platform": "cpu", "sizes": {
+      "tiny": {"features": 4, "examples_per_device": 2, "runs": {
+          name: {"us_per_call": 10.0, "us_per_call_spread": [9.0, 11.0],
+                 "window_us_per_call": [10.0, 10.0]}
+          for name in ("pmap", "shard_map")}}}})
+  text, unnamed = guide._directive(tmp_path, "table", "dispatch")  # pylint: disable=protected-access
+  assert "| tiny: 4 features, 2 examples/device | 10 (9–11) |" in text
+  assert unnamed == ["dispatch"]
+  assert guide._directive(tmp_path, "table", "tolerances")[1] == []  # pylint: disable=protected-access

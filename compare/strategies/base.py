@@ -40,7 +40,7 @@ LOCKSTEP_REASON = (
     "(random labels; 1.8x over 1000 steps on digits, 1.2x for 16 vmapped "
     "members), while a 1% change of the update is 190-295x it at its step "
     "over 200 steps and 38x over 1000, where the band is the largest of "
-    "more steps (docs/measured/lockstep.json, quoted in section 4)")
+    "more steps (docs/measured/lockstep.json, quoted in the appendix, A1)")
 # A pair that is not bitwise at the end passes when its test loss and
 # accuracy lie within this multiple of the calibration runs' spread (floored
 # at 1% of the test loss and 1% accuracy or one test example).
@@ -78,7 +78,7 @@ class Strategy(Program):
       "rounding alone moves the calibration runs' test metrics; correct "
       "ports' stay within this multiple of their spread, from 20 to 1000 "
       "steps and on random labels (docs/measured/verdicts.json and "
-      "lockstep.json, quoted in section 4)")
+      "lockstep.json, quoted in the appendix, A1)")
   lockstep_multiple: ClassVar[float] = LOCKSTEP_MULTIPLE
   lockstep_reason: ClassVar[str] = LOCKSTEP_REASON
   negative_controls: ClassVar[tuple[NegativeControl, ...]] = ()

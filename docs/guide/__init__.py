@@ -5,6 +5,10 @@
 - `figures`: the measurement files and the `{{...}}` figures drawn from them.
 - `tables`: the tables rendered from the registry and the measurements.
 
+The guide is two documents built the same way (`DOCUMENTS`): the core a team
+acts on (`TEMPLATE` -> `OUTPUT`) and its appendix (the harness, the measured
+reports, the internals), which link to each other.
+
 `--measure TARGET`, which regenerates a measurement file, is
 `bench.measure`: measuring is bench's concern, the guide only reads the
 files.
@@ -13,10 +17,18 @@ files.
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-TEMPLATE = "docs/MIGRATION.template.md"
-OUTPUT = "docs/MIGRATION.md"
+# (template, output) of each document, from the repository root; all in
+# docs/, so that one links to another by its file name.
+DOCUMENTS = (("docs/MIGRATION.template.md", "docs/MIGRATION.md"),
+             ("docs/APPENDIX.template.md", "docs/APPENDIX.md"))
+TEMPLATE, OUTPUT = DOCUMENTS[0]  # the core
+APPENDIX_TEMPLATE, APPENDIX = DOCUMENTS[1]
 MEASURED = "docs/measured"
 
 
 class GuideError(ValueError):
-  """A tag, name, path, figure or directive the template names is wrong."""
+  """A tag, name, path, figure or directive a template names is wrong.
+
+  Raised without the template's name by the parts of the builder; the build
+  puts the name of the template it was building in front.
+  """

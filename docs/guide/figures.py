@@ -3,9 +3,10 @@
 A figure in the template is `{{SOURCE/GROUP/.../KEY:FORMAT UNIT}}`:
 SOURCE is a file `docs/measured/SOURCE.json`, the rest a path into it,
 FORMAT a Python format spec and UNIT text put after the number. It renders
-as the number, its unit, and a superscript naming the workload it was
-measured on, linked to that workload's entry in the guide's list of sources
-(`<!-- figures -->`), which says what ran, when and how to measure it again.
+as the number and its unit; the build ends each section that shows figures
+with one provenance line (`note`) naming each measurement file they come
+from, linked to the file's entry in the list of sources (`<!-- figures -->`,
+`sources_list`), which says what ran, when and how to measure it again.
 
     {{traps/scan_trap/slowdown:.0f ×}}           a trap's fact
     {{dispatch/tiny/pmap_over_jit:.0%}}          a dispatch ratio
@@ -22,7 +23,6 @@ import re
 import statistics
 
 from docs.guide import MEASURED
-from docs.guide import TEMPLATE
 from docs.guide import GuideError
 from docs.guide.references import prose_lines
 
@@ -68,6 +68,18 @@ class Source:
   def group(self, path):  # the workload a path was measured on
     return self.name
 
+  def groups(self):  # every workload the file holds
+    return [self.name]
+
+  def devices(self):
+    """The devices it ran on ('8 emulated CPU devices'), or None."""
+    count, platform = self.data.get("devices"), self.data.get("platform")
+    if not isinstance(count, int) or not platform:
+      return None
+    if platform == "cpu":  # more than one CPU device is always emulated
+      return f"{count} emulated CPU device{'s' * (count != 1)}"
+    return f"{count} {platform.upper()} device{'s' * (count != 1)}"
+
   def label(self, group):
     return self.name
 
@@ -95,6 +107,9 @@ class TrapsSource(Source):
   def group(self, path):
     return path[0]
 
+  def groups(self):
+    return list(self.data["traps"])
+
   def label(self, group):
     return self.data["traps"][group]["label"]
 
@@ -112,6 +127,9 @@ class DispatchSource(Source):
 
   def group(self, path):
     return path[0]
+
+  def groups(self):
+    return list(self.data["sizes"])
 
   def label(self, group):
     return f"{group} SGD step"
@@ -197,39 +215,60 @@ def sources(root):
   return found
 
 
-def anchor(source, group):
-  return f"m-{source}-{_snake(group)}"
+def anchor(name):
+  """The anchor of a measurement file's entry in the list of sources."""
+  return "src-" + re.sub(r"[\W_]+", "-", name).strip("-").lower()
 
 
 def render(root, text, used=None, found=None):
-  """`text` with every `{{...}}` figure drawn from its measurement."""
+  """`text` with every `{{...}}` figure drawn from its measurement.
+
+  The name of each measurement file a figure comes from is added to `used`
+  (a dict, in first-use order) for the section's provenance line.
+  """
   found = sources(root) if found is None else found
 
   def one(match):
     path, spec, unit = match.group(1), match.group(2) or "", match.group(3)
     name, *rest = path.split("/")
     if name not in found:
-      raise GuideError(f"{TEMPLATE}: figure {{{{{path}}}}}: no measurement "
+      raise GuideError(f"figure {{{{{path}}}}}: no measurement "
                        f"{MEASURED}/{name}.json (run `python "
                        f"-m docs.build_guide --measure {name}`)")
     source = found[name]
     try:
-      value, group = source.lookup(rest), source.group(rest)
+      value = source.lookup(rest)
     except (KeyError, IndexError, TypeError):
-      raise GuideError(f"{TEMPLATE}: figure {{{{{path}}}}} is not in "
+      raise GuideError(f"figure {{{{{path}}}}} is not in "
                        f"{MEASURED}/{name}.json") from None
     try:
       shown = format(value, spec)
     except (TypeError, ValueError):
-      raise GuideError(f"{TEMPLATE}: figure {{{{{path}}}}}: cannot format "
+      raise GuideError(f"figure {{{{{path}}}}}: cannot format "
                        f"{value!r} as {spec!r}") from None
     if used is not None:
-      used.setdefault((name, group), None)
+      used.setdefault(name, None)
     unit = f" {unit}" if unit and unit[0].isalpha() else (unit or "")
-    return (f"{shown}{unit}<sup>[{source.label(group)}]"
-            f"(#{anchor(name, group)})</sup>")
+    return f"{shown}{unit}"
 
   return FIGURE.sub(one, text)
+
+
+NOTE = "*Measured: "  # how every provenance line starts
+
+
+def note(names, found, where=""):
+  """One provenance line: each measurement file in `names` once, linked to
+  its entry in the list of sources (`where`: the document holding it, as
+  linked from the note's document; "" when it is the same)."""
+  names = list(dict.fromkeys(names))
+  links = ", ".join(f"[{name}]({where}#{anchor(name)})" for name in names)
+  devices = {found[name].devices() for name in names}
+  ran = f"{devices.pop()}; " if len(devices) == 1 and None not in devices \
+      else ""
+  see = "see each" if len(names) > 1 else "see it"
+  return (f"{NOTE}{links} ({ran}what ran, when, and how to measure again: "
+          f"{see}).*")
 
 
 def _when(data):
@@ -237,18 +276,32 @@ def _when(data):
   return str(value)[:10] if value else "date not recorded"
 
 
+def _workload(source, group):
+  text = source.workload(group) or source.data.get("what") or ""
+  return text.rstrip(".")
+
+
 def sources_list(root, used, found=None):
-  """`<!-- figures -->`: where each figure the guide shows comes from."""
+  """`<!-- figures -->`: each measurement file a figure, or a table's note,
+  comes from, once (`used`: the names, in first-use order), with every
+  workload it holds."""
   found = sources(root) if found is None else found
   lines = []
-  for name, group in used:
+  for name in used:
     source = found[name]
     data = source.data
     command = data.get("command", f"python -m docs.build_guide --measure "
                                   f"{name}")
-    lines.append(
-        f"- <a id=\"{anchor(name, group)}\"></a>**{source.label(group)}**: "
-        f"{source.workload(group)}. jax {data.get('jax_version', '?')}, "
-        f"measured {_when(data)} with `{command}` "
-        f"([`{MEASURED}/{name}.json`](measured/{name}.json)).")
+    head = (f"- <a id=\"{anchor(name)}\"></a>**{name}** "
+            f"([`{MEASURED}/{name}.json`](measured/{name}.json))")
+    when = (f"jax {data.get('jax_version', '?')}, measured {_when(data)} "
+            f"with `{command}`")
+    groups = source.groups()
+    if groups == [name]:
+      workload = _workload(source, name)
+      lines.append(f"{head}: {workload + '. ' if workload else ''}{when}.")
+      continue
+    lines.append(f"{head}: {when}; what ran:")
+    lines.extend(f"  - **{source.label(group)}**: "
+                 f"{_workload(source, group)}." for group in groups)
   return "\n".join(lines) if lines else "*No figures.*"

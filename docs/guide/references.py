@@ -6,14 +6,18 @@ placement`) must be defined in the source, library names (`jax.shard_map`)
 must import, names struck through (~~`jax.tree_map`~~) must NOT exist (the
 guide says they are gone), paths (`sharded/devices.py`) must exist, and so
 must the project modules commands run (`python -m bench.dispatch`).
-In the built guide every `(#anchor)` link must land on an anchor.
+In the built documents every `(#anchor)` link must land on an anchor of its
+own document, and every `(APPENDIX.md#anchor)` (a link to another of the
+guide's documents) on one of that document.
 """
 
 import ast
 import importlib
+import posixpath
 import re
 
-from docs.guide import TEMPLATE
+from docs.guide import DOCUMENTS
+from docs.guide import OUTPUT
 from docs.guide import GuideError
 from docs.guide.sources import defines
 
@@ -30,7 +34,7 @@ _NAME = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _PATH = re.compile(r"^[\w.-]+(?:/[\w.-]+)+/?$")
 _COMMAND = re.compile(r"^python -m ([A-Za-z_][\w.]*)")
 _MDLINK = re.compile(r"\]\((?!https?:|#|mailto:)([^)#\s]+)(?:#[^)]*)?\)")
-_ANCHOR_LINK = re.compile(r"\]\(#([\w-]+)\)")
+_ANCHOR_LINK = re.compile(r"\]\(([^()\s#]*)#([\w-]+)\)")
 _ANCHOR = re.compile(r"<a id=\"([\w-]+)\"></a>")
 
 
@@ -91,12 +95,20 @@ def prose_lines(text):
       yield number, line
 
 
-def check_references(root, text):
-  """Problems with the names, paths and links in markdown outside fences."""
+def check_references(root, text, generated=None):
+  """Problems with the names, paths and links in markdown outside fences.
+
+  A link to a file the build writes (`generated`, from the root; by default
+  every document's output) is not checked here, as the file may not be
+  written yet: `check_anchors` checks it once every document is built.
+  """
+  generated = [o for _, o in DOCUMENTS] if generated is None else generated
+  written = {(root / o).resolve() for o in generated}
   problems = []
   for number, line in prose_lines(text):
     for target in _MDLINK.findall(line):
-      if not (root / "docs" / target).resolve().exists():
+      path = (root / "docs" / target).resolve()
+      if path not in written and not path.exists():
         problems.append(f"line {number}: link to missing {target}")
     for struck, span, _ in _SPAN.findall(line):
       name, command = _NAME.match(span), _COMMAND.match(span)
@@ -117,11 +129,46 @@ def check_references(root, text):
   return problems
 
 
-def check_anchors(text):
-  """`(#anchor)` links in the built guide that land on no anchor."""
-  anchors = set(_ANCHOR.findall(text))
-  return [f"link to missing anchor #{name}"
-          for name in sorted(set(_ANCHOR_LINK.findall(text)) - anchors)]
+def document_link(output, target, documents):
+  """The document (its output path) a link `target` in `output` lands on:
+  `output` itself for `#anchor`, None when it is not one of `documents`."""
+  if not target:
+    return output
+  path = posixpath.normpath(posixpath.join(posixpath.dirname(output), target))
+  return path if path in documents else None
+
+
+def relative(output, other):
+  """How the document `output` links to the document `other`."""
+  return posixpath.relpath(other, posixpath.dirname(output))
+
+
+def check_anchors(text, output=OUTPUT, documents=None):
+  """Links in the built `text` (of the document `output`) to no anchor.
+
+  `(#anchor)` must land in `text` itself; `(OTHER.md#anchor)`, where
+  OTHER.md is one of `documents` ({output: built text}), in that document.
+  A `#anchor` that only another document has names the link to write.
+  """
+  documents = {**(documents or {}), output: text}
+  anchors = {name: set(_ANCHOR.findall(body))
+             for name, body in documents.items()}
+  problems = []
+  for target, name in sorted(set(_ANCHOR_LINK.findall(text))):
+    lands = document_link(output, target, documents)
+    if lands is None or name in anchors[lands]:
+      continue  # another file's anchor (not checked), or found
+    if target:
+      problems.append(f"link to missing anchor {target}#{name}: {lands} "
+                      "has no such anchor")
+      continue
+    elsewhere = [other for other in documents if name in anchors[other]]
+    if elsewhere:
+      problems.append(f"link to #{name}, which is in {elsewhere[0]}: link "
+                      f"to {relative(output, elsewhere[0])}#{name}")
+    else:
+      problems.append(f"link to missing anchor #{name}")
+  return problems
 
 
 def link(root, match):
@@ -129,5 +176,5 @@ def link(root, match):
   dotted = match.group(1)
   file = project_file(root, dotted)
   if file is None:
-    raise GuideError(f"{TEMPLATE}: [[{dotted}]] is not defined")
+    raise GuideError(f"[[{dotted}]] is not defined")
   return f"[`{dotted}`](../{file.relative_to(root).as_posix()})"

@@ -9,7 +9,6 @@ import difflib
 import re
 import textwrap
 
-from docs.guide import TEMPLATE
 from docs.guide import GuideError
 
 _REGION = re.compile(r"^\s*# region: ([\w.-]+)\s*$")
@@ -84,17 +83,17 @@ def source(root, ref):
   path, _, name = path.partition("::")
   file = root / path
   if not file.is_file():
-    raise GuideError(f"{TEMPLATE}: no file {path}")
+    raise GuideError(f"no file {path}")
   text = file.read_text().rstrip("\n")
   if tag:
     found = regions(file)
     if tag not in found:
-      raise GuideError(f"{TEMPLATE}: no region {tag!r} in {path}")
+      raise GuideError(f"no region {tag!r} in {path}")
     text = found[tag]
   elif name:
     text = definition(file, name)
     if text is None:
-      raise GuideError(f"{TEMPLATE}: no def, class or assignment {name} in "
+      raise GuideError(f"no def, class or assignment {name} in "
                        f"{path}")
   label = (f"`{path}`" + (f" (region `{tag}`)" if tag else "")
            + (f" `{name}`" if name else ""))
@@ -111,7 +110,7 @@ def diff(root, args):
   """`<!-- diff: OLD NEW -->`: the whole of both, changed lines marked."""
   refs = args.split()
   if len(refs) != 2:
-    raise GuideError(f"{TEMPLATE}: diff takes two sources, got {args!r}")
+    raise GuideError(f"diff takes two sources, got {args!r}")
   (old, old_link), (new, new_link) = (source(root, r) for r in refs)
   old_lines, new_lines = old.splitlines(), new.splitlines()
   # Full context: the reader sees the whole region, changes marked -/+.
