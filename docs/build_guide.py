@@ -181,14 +181,21 @@ def contents(text):
       for head, subs in sections)
 
 
+# A comment in a part file for whoever opens it (not a directive): left out.
+_PART_NOTE = re.compile(r"^<!--(?!\s*[\w-]+:)(?:.|\n)*?-->\n?", re.M)
+
+
 def _part(root, path):
-  """A section kept in its own file: its text without its `# ` title."""
+  """A section kept in its own file: its text without its `# ` title and
+  without its notes to whoever opens the file (HTML comments that are not
+  directives)."""
   file = root / path
   if not file.is_file():
     raise GuideError(f"<!-- part: {path} -->: no such file")
   lines = file.read_text().rstrip("\n").splitlines()
-  return "\n".join(lines[1:] if lines and lines[0].startswith("# ")
-                   else lines).strip("\n")
+  text = "\n".join(lines[1:] if lines and lines[0].startswith("# ")
+                   else lines)
+  return _PART_NOTE.sub("", text).strip("\n")
 
 
 def template_text(root, template=TEMPLATE):

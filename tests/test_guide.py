@@ -94,7 +94,7 @@ def test_every_region_the_templates_name_exists():
           if (m := guide._DIRECTIVE.match(line)) and m.group(1) in (  # pylint: disable=protected-access
               "code", "diff")
           for ref in m.group(2).split()]
-  assert any("#dp-train-step" in ref for ref in refs)
+  assert any("#quick-after" in ref for ref in refs)
   for ref in refs:
     text, _ = source(ROOT, ref)
     assert text.strip(), ref
@@ -217,8 +217,8 @@ def test_figures_need_exactly_one_list_of_sources(copy):
 def test_drift_check_fails_when_a_shown_region_changes(copy):
   guide.main(["--root", str(copy)])  # the copy's documents, up to date
   assert guide.check(copy) == []
-  _edit(copy / "sharded/data_parallel.py", "check_vma=False)",
-        "check_vma=True)")
+  _edit(copy / "docs/quick_path.py", "check_vma=False), donate_argnums=0)",
+        "check_vma=True), donate_argnums=0)")
   assert any("stale" in p for p in guide.check(copy))
   assert guide.main(["--check", "--root", str(copy)]) == 1
 
@@ -292,14 +292,16 @@ def test_drift_check_fails_when_a_measurement_changes(copy):
 
 
 def test_drift_check_fails_when_a_tag_disappears(copy):
-  _edit(copy / "legacy_pmap/data_parallel.py", "# region: dp-train-step",
-        "# region: dp-step")
+  _edit(copy / "docs/quick_path.py", "# region: quick-after",
+        "# region: quick-later")
   problems = guide.check(copy)
-  assert any("no region 'dp-train-step'" in p for p in problems), problems
+  assert any("no region 'quick-after'" in p for p in problems), problems
 
 
 def test_drift_check_fails_on_an_unbalanced_region(copy):
-  _edit(copy / "sharded/data_parallel.py", "# endregion\n", "")
+  path = copy / "docs/quick_path.py"
+  head, _, tail = path.read_text().rpartition("# endregion\n")
+  path.write_text(head + tail)  # the last region never ends
   assert any("never ends" in p for p in guide.check(copy))
 
 
@@ -552,3 +554,13 @@ def test_measure_rejects_an_unknown_target(capsys):
   with pytest.raises(SystemExit):
     guide.main(["--measure", "no_such_target"])
   assert "choose from" in capsys.readouterr().err
+
+
+def test_a_part_loses_its_notes_but_keeps_its_directives(tmp_path):
+  (tmp_path / "part.md").write_text(
+      "# Title\n\n<!-- A note for whoever opens this file,\nover lines. -->\n"
+      "\nText.\n\n<!-- code: docs/quick_path.py#quick-after -->\n")
+  text = guide._part(tmp_path, "part.md")  # pylint: disable=protected-access
+  assert "note" not in text and "Title" not in text
+  assert text.startswith("Text.")
+  assert "<!-- code: docs/quick_path.py#quick-after -->" in text
