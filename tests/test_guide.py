@@ -564,3 +564,22 @@ def test_a_part_loses_its_notes_but_keeps_its_directives(tmp_path):
   assert "note" not in text and "Title" not in text
   assert text.startswith("Text.")
   assert "<!-- code: docs/quick_path.py#quick-after -->" in text
+
+
+def test_every_code_block_of_the_core_is_code_ci_runs():
+  """The core types no code block by hand: each is a tagged region of a
+  file the suite imports or runs (its tests then run the region's code)."""
+  text = guide.template_text(ROOT, TEMPLATES[0])
+  assert "```" not in text
+  refs = [m.group(2).split()[0] for line in text.splitlines()
+          if (m := guide._DIRECTIVE.match(line))  # pylint: disable=protected-access
+          and m.group(1) in ("code", "diff")]
+  assert len(refs) > 20
+  suite = "\n".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py"))
+  for ref in refs:
+    path = ref.split("#")[0].split("::")[0]
+    module = path.removesuffix(".py").replace("/", ".")
+    parent, _, name = module.rpartition(".")
+    assert (path in suite or module in suite
+            or f"from {parent} import {name}" in suite
+            or path.startswith("tests/")), ref
