@@ -15,7 +15,8 @@ others. The functions after the regions run them on the same numbers for
 `tests/test_needs.py`; they need 8 devices (`python -m docs.needs` emulates
 them on CPU).
 """
-# Each region imports what it uses, so that it can be copied alone.
+# Each region imports what it uses, so that it can be copied alone, and
+# keeps one blank line between definitions: the guide prints it.
 # pylint: disable=reimported,g-import-not-at-top,wrong-import-position
 # pylint: disable=ungrouped-imports,g-bad-import-order
 
@@ -32,115 +33,59 @@ import flax.linen as nn
 import jax
 from jax.sharding import PartitionSpec as P
 
+def forward(variables, x, axis_name):  # pmap's axis; in a port, the mesh's
+  bn = nn.BatchNorm(use_running_average=False, axis_name=axis_name)
+  y, new = bn.apply(variables, x, mutable=["batch_stats"])
+  return y, new["batch_stats"]  # the statistics of every device's rows
 
-class Net(nn.Module):
-  """Dense then BatchNorm: the batch statistics are what devices share."""
-  axis_name: str | None  # pmap's axis_name; in a port, the mesh axis
-
-  @nn.compact
-  def __call__(self, x):
-    x = nn.Dense(3)(x)
-    return nn.BatchNorm(use_running_average=False,
-                        axis_name=self.axis_name)(x)
-
-
-def forward(axis_name):
-  def apply(variables, x):
-    y, updates = Net(axis_name).apply(variables, x, mutable=["batch_stats"])
-    return y, updates["batch_stats"]
-  return apply
-
-
-def pmap_forward(variables, x):  # x: [N, b, d]
-  return jax.pmap(forward("batch"), axis_name="batch",
-                  in_axes=(None, 0))(variables, x)
-
-
-def port_forward(mesh, axis_name="data"):  # x: [N * b, d], split P("data")
-  # pmean'd over the axis, the stats are the same everywhere: P(). With
-  # axis_name=None each device keeps its own, and P() fails check_vma.
-  stats = P() if axis_name else P("data")
-  return jax.jit(jax.shard_map(forward(axis_name), mesh=mesh,
-                               in_specs=(P(), P("data")),
-                               out_specs=(P("data"), stats)))
+def batchnorms(mesh):  # x: [N, b, d] under pmap, [N * b, d] in the port
+  pmapped = jax.pmap(lambda v, b: forward(v, b, "batch"), "batch",
+                     in_axes=(None, 0))
+  return pmapped, jax.jit(jax.shard_map(  # the stats, pmean'd, are P()
+      lambda v, b: forward(v, b, "data"), mesh=mesh,
+      in_specs=(P(), P("data")), out_specs=(P("data"), P())))
 # endregion
 
 
 # region: dropout-keys
 import flax.linen as nn
 import jax
-from jax import lax
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+def dropped(k, x, axis):  # the same key on every device: fold in its index
+  k = jax.random.fold_in(k, jax.lax.axis_index(axis))  # else: one mask
+  return nn.Dropout(0.5, deterministic=False).apply({}, x, rngs={"dropout": k})
 
-def dropped(key, x, axis):
-  """`x` through dropout, with a key of this device's own."""
-  key = jax.random.fold_in(key, lax.axis_index(axis))  # else: one mask
-  return nn.Dropout(0.5, deterministic=False).apply(
-      {}, x, rngs={"dropout": key})
-
-
-def pmap_dropout(key, x):  # the same key on every device; x: [N, b, d]
-  return jax.pmap(lambda k, b: dropped(k, b, "batch"), axis_name="batch",
-                  in_axes=(None, 0))(key, x)
-
-
-def port_dropout(mesh):  # x: [N * b, d]
-  return jax.jit(jax.shard_map(lambda k, b: dropped(k, b, "data"),
-                               mesh=mesh, in_specs=(P(), P("data")),
-                               out_specs=P("data")))
-
-
-# jax_threefry_partitionable is True on jax 0.10.2 (False before jax 0.5.0).
-# A jitted draw then gives the same values however it is split, and no
-# device waits on another (False: the same values, with collectives). But
-# a key gives other numbers than it did under False (normal, bernoulli,
-# split; fold_in is unchanged): a pmap program's init, dropout masks, a
-# resumed key stream. The old numbers: `with jax.threefry_partitionable(
-# False):` (or jax.config.update), at the cost of those collectives.
-def sharded_normal(mesh, spec, shape=(64, 8)):  # a jitted draw, split by spec
-  return jax.jit(lambda key: jax.random.normal(key, shape),
-                 out_shardings=NamedSharding(mesh, spec))
+def dropouts(mesh):  # x: [N, b, d] under pmap, [N * b, d] in the port
+  pmapped = jax.pmap(lambda k, b: dropped(k, b, "batch"), "batch",
+                     in_axes=(None, 0))
+  return pmapped, jax.jit(jax.shard_map(
+      lambda k, b: dropped(k, b, "data"), mesh=mesh,
+      in_specs=(P(), P("data")), out_specs=P("data")))
+# jax_threefry_partitionable (True since jax 0.5.0) changed these masks
 # endregion
 
 
 # region: prefetch
-import collections
-import itertools
-
 import jax
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
-
-def prefetch(batches, mesh, depth=2, axis="data"):
-  """Host batches `[B, ...]` as global arrays split over `axis`, `depth`
-  batches ahead of the step (copies are asynchronous: they overlap it).
-
-  Was `prefetch_to_device(map(common_utils.shard, batches), 2)`: both still
-  exist in flax 0.12.8, for pmap's `[N, B/N, ...]` layout on a mesh named
-  `_device_put_sharded`. Here the batch keeps its shape.
-  """
-  sharding = NamedSharding(mesh, P(axis))
-  # With many processes each passes its own rows (jax.device_put in one).
+def prefetch(batches, mesh, depth=2):  # replaces prefetch_to_device, shard
+  sharding = NamedSharding(mesh, P("data"))  # each batch keeps its shape
   put = lambda x: jax.make_array_from_process_local_data(sharding, x)
-  batches, queue = iter(batches), collections.deque()
-
-  def enqueue(n):
-    for batch in itertools.islice(batches, n):
-      queue.append(jax.tree.map(put, batch))
-
-  enqueue(depth)
-  while queue:
-    yield queue.popleft()
-    enqueue(1)
+  queue = []  # the copies are asynchronous: they overlap the steps
+  for batch in batches:  # with many processes, each passes its own rows
+    queue.append(jax.tree.map(put, batch))
+    if len(queue) == depth:
+      yield queue.pop(0)
+  yield from queue
 # endregion
 
 
 # The regions on the same numbers (8 devices), for tests/test_needs.py.
 import flax.jax_utils
 from flax.training import common_utils
+from jax.sharding import NamedSharding
 import numpy as np
 
 from compare import hlo
@@ -163,19 +108,21 @@ def batchnorm(b=4, d=2):
   x = (scale * rng.normal(size=(N * b, d))).astype(np.float32)
   # Random params without flax's init, whose threefry compile takes
   # seconds; the running statistics as flax starts them.
-  shapes = jax.eval_shape(Net(None).init, jax.random.key(0), x)["params"]
-  variables = {"params": jax.tree.map(
-      lambda s: rng.normal(size=s.shape).astype(np.float32), shapes),
-               "batch_stats": {"BatchNorm_0": {
-                   "mean": np.zeros(3, np.float32),
-                   "var": np.ones(3, np.float32)}}}
+  variables = {"params": {"scale": rng.normal(size=d).astype(np.float32),
+                          "bias": rng.normal(size=d).astype(np.float32)},
+               "batch_stats": {"mean": np.zeros(d, np.float32),
+                               "var": np.ones(d, np.float32)}}
   mesh = auto_mesh()
-  pmap_y, pmap_stats = pmap_forward(variables, x.reshape(N, b, d))
-  port_y, port_stats = port_forward(mesh)(variables, x)
-  local_y, local_stats = port_forward(mesh, None)(variables, x)
-  whole_y, whole = jax.jit(forward(None))(variables, x)  # one device
+  pmapped, ported = batchnorms(mesh)
+  local = lambda v, a: forward(v, a, None)  # each device its own stats
+  pmap_y, pmap_stats = pmapped(variables, x.reshape(N, b, d))
+  port_y, port_stats = ported(variables, x)
+  local_y, local_stats = jax.jit(jax.shard_map(
+      local, mesh=mesh, in_specs=(P(), P("data")),
+      out_specs=(P("data"), P("data"))))(variables, x)
+  whole_y, whole = jax.jit(local)(variables, x)  # one device
   replicated_stats = jax.jit(jax.shard_map(
-      forward(None), mesh=mesh, in_specs=(P(), P("data")),
+      local, mesh=mesh, in_specs=(P(), P("data")),
       out_specs=(P("data"), P())))
   return {"pmap": (np.asarray(pmap_y).reshape(N * b, -1),
                    jax.tree.map(lambda a: np.asarray(a)[0], pmap_stats)),
@@ -190,15 +137,22 @@ def dropout_keys(b=4, d=5):
   """Dropout masks per device: pmap, the port, the port without fold_in."""
   key, ones = jax.random.key(0), np.ones((N * b, d), np.float32)
   mesh = auto_mesh()
+  pmapped, ported = dropouts(mesh)
   no_fold = jax.jit(jax.shard_map(
       lambda k, x: nn.Dropout(0.5, deterministic=False).apply(
           {}, x, rngs={"dropout": k}),
       mesh=mesh, in_specs=(P(), P("data")), out_specs=P("data")))
-  masks = {"pmap": pmap_dropout(key, ones.reshape(N, b, d)),
-           "port": port_dropout(mesh)(key, ones),
+  masks = {"pmap": pmapped(key, ones.reshape(N, b, d)),
+           "port": ported(key, ones),
            "port, no fold_in": no_fold(key, ones)}
   return {name: np.asarray(m).reshape(N, b, d) != 0
           for name, m in masks.items()}
+
+
+def sharded_normal(mesh, spec, shape=(64, 8)):
+  """A jitted draw, its output split by `spec`."""
+  return jax.jit(lambda key: jax.random.normal(key, shape),
+                 out_shardings=NamedSharding(mesh, spec))
 
 
 def threefry_sharding(key=None):
@@ -225,13 +179,14 @@ def threefry_values(key=None, b=4, d=5):
   """What a key gives under each setting: keys, and pmap's dropout masks."""
   key = jax.random.key(0) if key is None else key
   ones = np.ones((N, b, d), np.float32)
+  pmapped, _ = dropouts(auto_mesh())
   draws = {}
   for flag in (True, False):
     with jax.threefry_partitionable(flag):
       draws[flag] = {
           "split": jax.random.key_data(jax.random.split(key, 4)),
           "fold_in": jax.random.key_data(jax.random.fold_in(key, 3)),
-          "pmap dropout masks": pmap_dropout(key, ones) != 0}
+          "pmap dropout masks": pmapped(key, ones) != 0}
   return {name: not np.array_equal(draws[True][name], draws[False][name])
           for name in draws[True]}
 

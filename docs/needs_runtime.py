@@ -12,7 +12,8 @@
 The functions after the regions run them for `tests/test_needs.py`; they
 need 8 devices (`python -m docs.needs_runtime` emulates them on CPU).
 """
-# Each region imports what it uses, so that it can be copied alone.
+# Each region imports what it uses, so that it can be copied alone, and
+# keeps one blank line between definitions: the guide prints it.
 # pylint: disable=reimported,g-import-not-at-top,wrong-import-position
 # pylint: disable=ungrouped-imports,g-bad-import-order
 
@@ -27,119 +28,69 @@ if __name__ == "__main__":
 # region: cheap-fetch
 import jax
 import numpy as np
-from jax import lax
 from jax.sharding import PartitionSpec as P
 
+def pmap_fetch(x):  # x: [N, b, d]; the output: a copy per device, [N, d]
+  out = jax.pmap(lambda b: jax.lax.psum(b.sum(0), "batch"), "batch")(x)
+  # device_get(out) copies all N; out[0] runs an all-reduce; out_axes=None
+  # returns one copy but checks nothing (device 0's). Read one shard:
+  return np.asarray(out.addressable_shards[0].data[0])
 
-def column_sums(b, axis):
-  return lax.psum(b.sum(0), axis)  # the same on every device
-
-
-def pmap_fetch(x):  # x: [N, b, d]
-  step = lambda b: column_sums(b, "batch")
-  stacked = jax.pmap(step, axis_name="batch")(x)  # [N, d]: N copies
-  # jax.device_get(stacked)[0] copies all N rows to the host; stacked[0]
-  # is a compiled all-reduce. Device 0's shard is one row, no collective:
-  first = np.asarray(stacked.addressable_shards[0].data[0])
-  # out_axes=None returns one [d] copy; nothing checks the copies agree:
-  # an output not reduced over the axis comes back as device 0's.
-  single = jax.pmap(step, axis_name="batch", out_axes=None)(x)
-  return first, np.asarray(single)
-
-
-def port_fetch(x, mesh):  # x: [N * b, d], split P("data")
-  step = jax.jit(jax.shard_map(lambda b: column_sums(b, "data"), mesh=mesh,
-                               in_specs=P("data"), out_specs=P()))
-  out = step(x)  # [d], fully replicated: device_get copies one shard
-  return jax.device_get(out), np.asarray(out.addressable_shards[0].data)
+def port_fetch(x, mesh):  # x: [N * b, d]; out_specs=P(): one value, and
+  return jax.device_get(jax.jit(jax.shard_map(  # device_get copies one shard
+      lambda b: jax.lax.psum(b.sum(0), "data"), mesh=mesh,
+      in_specs=P("data"), out_specs=P()))(x))
 # endregion
 
 
 # region: scan-carry-vma
 import jax
 import jax.numpy as jnp
-from jax import lax
 from jax.sharding import PartitionSpec as P
 
-
-def add(total, row):
-  return total + row, total
-
-
-def running_sum(block):  # under check_vma=True (shard_map's default)
-  init = jnp.zeros(())  # the same on every device: "invariant"
-  # TypeError: scan body function carry input and carry output must have
-  # equal types (the carry becomes per-device once a row is added)
-  total, _ = lax.scan(add, init, block)
-  return total[None]
-
-
-def running_sum_fixed(block, axis="data"):
-  init = lax.pcast(jnp.zeros(()), axis, to="varying")  # lax.pvary is gone
-  total, _ = lax.scan(add, init, block)  # or init = jnp.zeros_like(block[0])
-  return total[None]
-
-
-def per_device_sums(body, mesh):  # x: [N * b], split P("data")
-  return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("data"),
+def per_device_sums(mesh):  # x: [N * b], split P("data"); check_vma=True
+  def running_sum(block):
+    # jnp.zeros(()) alone is a TypeError; or init = jnp.zeros_like(block[0])
+    init = jax.lax.pcast(jnp.zeros(()), "data", to="varying")
+    total, _ = jax.lax.scan(lambda t, r: (t + r, None), init, block)
+    return total[None]
+  return jax.jit(jax.shard_map(running_sum, mesh=mesh, in_specs=P("data"),
                                out_specs=P("data")))
 # endregion
 
 
 # region: nested-pmap
 import jax
-from jax import lax
-from jax.sharding import AxisType
-from jax.sharding import PartitionSpec as P
+from jax.sharding import AxisType, PartitionSpec as P
 
+def member_mean(b):  # was pmap(pmap(member_mean, "data"), "members")
+  return jax.lax.pmean(b.mean(0), "data")[None]  # over "data" only
 
-def member_mean(b):  # rows of one data shard -> the member's mean row
-  return lax.pmean(b.mean(0), "data")[None]  # over "data" only
-
-
-def on_2d_mesh(members, shards):  # was pmap(pmap(f, "data"), "members")
+def ports(members, shards):  # x: [members * shards * b, d]
   mesh = jax.make_mesh((members, shards), ("members", "data"),
                        axis_types=(AxisType.Auto,) * 2)
-  return mesh, jax.jit(jax.shard_map(
-      member_mean, mesh=mesh, in_specs=P(("members", "data")),
-      out_specs=P("members")))  # x: [members * shards * b, d]
-
-
-def nested(mesh):  # a shard_map per axis, the inner on the outer's mesh
-  inner = lambda b: jax.shard_map(  # (the concrete mesh is refused there)
+  flat = jax.shard_map(member_mean, mesh=mesh, out_specs=P("members"),
+                       in_specs=P(("members", "data")))  # both axes at once
+  inner = lambda b: jax.shard_map(  # the concrete mesh is refused here
       member_mean, mesh=jax.sharding.get_abstract_mesh(), in_specs=P("data"),
       out_specs=P(), axis_names={"data"})(b)
-  return jax.jit(jax.shard_map(inner, mesh=mesh, in_specs=P("members"),
-                               out_specs=P("members"), axis_names={"members"}))
-
-
-def nested_smap():  # jax.smap: one axis at a time; call under jax.set_mesh
-  inner = jax.smap(member_mean, in_axes=0, out_axes=None, axis_name="data")
-  return jax.jit(jax.smap(inner, in_axes=0, out_axes=0,
-                          axis_name="members"))
+  nested = jax.shard_map(inner, mesh=mesh, in_specs=P("members"),
+                         out_specs=P("members"), axis_names={"members"})
+  smap = jax.smap(jax.smap(member_mean, in_axes=0, out_axes=None,
+                           axis_name="data"), in_axes=0, out_axes=0,
+                  axis_name="members")  # call it under jax.set_mesh(mesh)
+  return mesh, [jax.jit(f) for f in (flat, nested, smap)]
 # endregion
 
 
 # region: escape-hatch
-# Up to jax 0.9.2 these brought back the original pmap; on jax 0.10.2:
-#   JAX_PMAP_SHMAP_MERGE=0                    ignored: pmap is shard_map
-#   jax.config.update("jax_pmap_shmap_merge", False)
-#       AttributeError: Unrecognized config option: jax_pmap_shmap_merge
-#   --jax_pmap_shmap_merge=false, in an absl app (config_with_absl):
-#       FATAL Flags parsing error: Unknown command line flag
-#       'jax_pmap_shmap_merge' (exit 1); jax.config.parse_flags_with_absl()
-#       ignores it.
 import logging
 
 from legacy_pmap import devices
 
-
-def check_pmap_runtime():
-  """Which pmap runs ("original" or "shard_map"), warning when the
-  environment asks for the original and does not get it."""
-  warning = devices.pmap_runtime_warning()
-  if warning:
-    logging.warning(warning)
+def check_pmap_runtime():  # at start-up: "original" or "shard_map"
+  if warning := devices.pmap_runtime_warning():  # JAX_PMAP_SHMAP_MERGE=0
+    logging.warning(warning)  # set, and ignored (jax 0.10 has no switch)
   return devices.pmap_runtime()
 # endregion
 
@@ -150,6 +101,7 @@ import subprocess
 import sys
 
 import flax.jax_utils
+from jax import lax
 from jax.sharding import NamedSharding
 
 from docs.needs import outcome
@@ -159,16 +111,21 @@ from docs.traps_common import N, auto_mesh
 def fetches(b=2, d=3):
   """One copy fetched from pmap's and the port's replicated results."""
   x = np.arange(N * b * d, dtype=np.float32).reshape(N * b, d)
+  stacked_x = x.reshape(N, b, d)
   mesh = auto_mesh()
-  stacked = jax.pmap(lambda a: column_sums(a, "batch"),
-                     axis_name="batch")(x.reshape(N, b, d))
+  column_sums = lambda a: lax.psum(a.sum(0), "batch")
+  stacked = jax.pmap(column_sums, axis_name="batch")(stacked_x)
+  single = jax.pmap(column_sums, axis_name="batch", out_axes=None)(stacked_x)
   unreduced = jax.pmap(lambda a: a.sum(0), axis_name="batch",
-                       out_axes=None)(x.reshape(N, b, d))
-  port = jax.jit(jax.shard_map(lambda a: column_sums(a, "data"), mesh=mesh,
-                               in_specs=P("data"), out_specs=P()))(x)
-  return {"expected": x.sum(0), "pmap": pmap_fetch(x.reshape(N, b, d)),
-          "port": port_fetch(jax.device_put(
+                       out_axes=None)(stacked_x)
+  port = jax.jit(jax.shard_map(lambda a: lax.psum(a.sum(0), "data"),
+                               mesh=mesh, in_specs=P("data"),
+                               out_specs=P()))(x)
+  return {"expected": x.sum(0),
+          "pmap": (pmap_fetch(stacked_x), np.asarray(single)),
+          "port": (port_fetch(jax.device_put(
               x, NamedSharding(mesh, P("data"))), mesh),
+                   np.asarray(port.addressable_shards[0].data)),
           "unreplicate": np.asarray(flax.jax_utils.unreplicate(stacked)),
           "device_get rows": jax.device_get(stacked).shape,
           "shard 0 rows": stacked.addressable_shards[0].data.shape,
@@ -179,26 +136,33 @@ def fetches(b=2, d=3):
           "device 0's rows": x[:b].sum(0)}
 
 
+def carry_sums(init, mesh, check_vma=True):
+  """The region's running sums, the carry started from `init(block)`."""
+  def running_sum(block):
+    total, _ = lax.scan(lambda t, r: (t + r, None), init(block), block)
+    return total[None]
+  return jax.jit(jax.shard_map(running_sum, mesh=mesh, in_specs=P("data"),
+                               out_specs=P("data"), check_vma=check_vma))
+
+
+def replicated_carry_sums(mesh, check_vma=True):
+  """A `jnp.zeros(())` carry: a TypeError under check_vma=True."""
+  return carry_sums(lambda block: jnp.zeros(()), mesh, check_vma)
+
+
 def scan_carries(b=4):
   """The replicated carry (error), pcast, zeros_like and check_vma=False."""
   x = np.arange(N * b, dtype=np.float32)
   mesh = auto_mesh()
   x_on_mesh = jax.device_put(x, NamedSharding(mesh, P("data")))
-  loose = jax.jit(jax.shard_map(running_sum, mesh=mesh, in_specs=P("data"),
-                                out_specs=P("data"), check_vma=False))
-
-  def zeros_like(block):
-    total, _ = lax.scan(add, jnp.zeros_like(block[0]), block)
-    return total[None]
-
+  zeros_like = carry_sums(lambda block: jnp.zeros_like(block[0]), mesh)
   return {"expected": x.reshape(N, b).sum(1),
-          "replicated carry": outcome(per_device_sums(running_sum, mesh),
+          "replicated carry": outcome(replicated_carry_sums(mesh),
                                       x_on_mesh),
-          "pcast": np.asarray(per_device_sums(running_sum_fixed, mesh)(
-              x_on_mesh)),
-          "zeros_like": np.asarray(per_device_sums(zeros_like, mesh)(
-              x_on_mesh)),
-          "check_vma=False": np.asarray(loose(x_on_mesh)),
+          "pcast": np.asarray(per_device_sums(mesh)(x_on_mesh)),
+          "zeros_like": np.asarray(zeros_like(x_on_mesh)),
+          "check_vma=False": np.asarray(replicated_carry_sums(
+              mesh, check_vma=False)(x_on_mesh)),
           "lax.pvary exists": hasattr(lax, "pvary")}
 
 
@@ -209,22 +173,22 @@ def nested_pmaps(members=2, shards=4, b=3, d=2):
       members * shards * b, d)
   legacy = jax.pmap(jax.pmap(member_mean, axis_name="data"),
                     axis_name="members")
-  mesh, step = on_2d_mesh(members, shards)
+  mesh, (flat, nested, smap) = ports(members, shards)
   out = {"expected": x.reshape(members, shards * b, d).mean(1),
          "nested pmap": outcome(legacy,
                                 x.reshape(members, shards, b, d)),
-         "2-D mesh": np.asarray(step(x)),
+         "2-D mesh": np.asarray(flat(x)),
+         "nested shard_map": np.asarray(nested(x)),
+         "nested smap, no set_mesh": outcome(smap, x),
          "jax.smap exists": hasattr(jax, "smap")}
-  out["nested shard_map"] = np.asarray(nested(mesh)(x))
   with jax.set_mesh(mesh):
-    out["nested smap"] = np.asarray(nested_smap()(x))
+    out["nested smap"] = np.asarray(smap(x))
   out["nested shard_map, concrete mesh inside"] = outcome(
       jax.jit(jax.shard_map(
           lambda b: jax.shard_map(member_mean, mesh=mesh, in_specs=P("data"),
                                   out_specs=P(), axis_names={"data"})(b),
           mesh=mesh, in_specs=P("members"), out_specs=P("members"),
           axis_names={"members"})), x)
-  out["nested smap, no set_mesh"] = outcome(nested_smap(), x)
   return out
 
 

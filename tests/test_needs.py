@@ -54,7 +54,7 @@ def test_every_region_is_there_and_stands_alone():
   assert {tag for _, tag in found} == _TAGS
   for (name, tag), text in found.items():
     assert _unbound(text) == set(), (name, tag)
-    assert len(text.splitlines()) <= 36, (name, tag)
+    assert len(text.splitlines()) <= 22, (name, tag)  # what a reader copies
     # pylint: disable-next=exec-used
     exec(compile(text, f"{name}#{tag}", "exec"), {})
 
@@ -76,7 +76,7 @@ def test_batchnorm_axis_name_is_the_mesh_axis_in_a_port():
   # Without axis_name each device normalises by its own statistics.
   local_y, local_stats = out["port, axis_name=None"]
   assert np.abs(local_y - port_y).max() > 0.1
-  means = np.asarray(local_stats["BatchNorm_0"]["mean"]).reshape(needs.N, -1)
+  means = np.asarray(local_stats["mean"]).reshape(needs.N, -1)
   assert len({tuple(m) for m in means}) == needs.N
   err = out["axis_name=None, stats P()"]
   assert isinstance(err, ValueError)
@@ -177,7 +177,7 @@ def test_replicated_scan_carry_is_a_type_error_and_pcast_fixes_it():
   with pytest.raises(TypeError, match=(
       r"^scan body function carry input and carry output must have equal "
       r"types, but they differ:")) as err:
-    runtime.per_device_sums(runtime.running_sum, mesh)(x)
+    runtime.replicated_carry_sums(mesh)(x)
   assert "jax.lax.pcast(..., ('data',), to='varying')" in str(err.value)
   out = runtime.scan_carries()
   for name in ("pcast", "zeros_like", "check_vma=False"):
