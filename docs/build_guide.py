@@ -165,9 +165,9 @@ def _directive(root, kind, args):
 
 
 def contents(text):
-  """A list of the document's sections, each with its subsections under it,
-  titled as their headings are (with their own numbers: `4.1`, `A1`, or
-  none)."""
+  """A list of the document's sections, one line each with its
+  subsections after it, titled as their headings are (with their own
+  numbers: `4.1`, `A1`, or none)."""
   sections = []
   for level, anchor, title in _HEADING.findall(text):
     if anchor == "contents":
@@ -177,7 +177,7 @@ def contents(text):
     else:
       sections[-1][1].append(f"[{title.strip()}](#{anchor})")
   return "\n".join(
-      f"- {head}" + "".join(f"\n  - {sub}" for sub in subs)
+      f"- {head}" + (": " + " · ".join(subs) if subs else "")
       for head, subs in sections)
 
 

@@ -66,14 +66,11 @@ def nested_pmap_as_2d_mesh(outer=2, inner=4, b=3, d=2):
 
 
 # region: staged
-def pmap_devices(n=N):
-  """The devices a `jax.pmap` over `n` devices runs on, in its order."""
+def pmap_devices(n=N):  # the devices a pmap over n devices runs on
   return jax.local_devices()[:n]
 
 
-def stacked_sharding(devices):
-  """Where pmap wants a `[len(devices), ...]` input: an Auto mesh (pmap
-  fails with `KeyError` on arrays from an Explicit one)."""
+def stacked_sharding(devices):  # an Auto mesh: an Explicit one gives KeyError
   return NamedSharding(jax.sharding.Mesh(np.array(devices), ("devices",)),
                        P("devices"))
 
@@ -90,9 +87,7 @@ def put_sharded(shards, devices):  # was jax.device_put_sharded(shards, devices)
       [jax.device_put(np.asarray(s)[None], d) for s, d in zip(shards, devices)])
 
 
-def stacked_to_global(stacked, mesh, axis="data"):
-  """pmap's `[N, b, ...]` output as one `[N * b, ...]` array split
-  `P(axis)` on `mesh`: each device keeps its block."""
+def stacked_to_global(stacked, mesh, axis="data"):  # [N, b, ...] -> [N*b, ...]
   by_device = {s.device: s.data for s in stacked.addressable_shards}
   return jax.make_array_from_single_device_arrays(
       (stacked.shape[0] * stacked.shape[1], *stacked.shape[2:]),
@@ -100,8 +95,7 @@ def stacked_to_global(stacked, mesh, axis="data"):
       [by_device[d][0] for d in mesh.devices.flat])
 
 
-def global_to_stacked(array, devices):
-  """A global array split over axis 0 as pmap's `[N, b, ...]` input."""
+def global_to_stacked(array, devices):  # [N*b, ...] split -> [N, b, ...]
   by_device = {s.device: s.data for s in array.addressable_shards}
   return jax.make_array_from_single_device_arrays(
       (len(devices), array.shape[0] // len(devices), *array.shape[1:]),
