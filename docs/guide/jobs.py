@@ -52,8 +52,10 @@ def many_hosts_table(root):
        "1 plain process × 8", "state digest 2 × 4 vs 1 × 8"], rows,
       ["l", "l", "r", "r", "r", "r", "l"])
   same = all(e.get("same_state_digests") for e in record["strategies"].values())
-  return (f"`{record['strategies']['data_parallel']['job_command']}` and the "
-          f"same for each strategy ({record['workload']}; "
+  commands = "; ".join(f"`{entry['job_command']}`"
+                       for entry in record["strategies"].values()
+                       if "job_command" in entry)
+  return (f"Each strategy's own command ({commands}; {record['workload']}; "
           f"{measured_note(record, 'many_hosts')}):\n\n{table}\n\n"
           f"{met} of {total} runs reach {TARGET_RATIO:g} of the 1 × 8 "
           f"examples/s; every state digest "
