@@ -6,15 +6,18 @@
                                         # measure, then build
 
 (from the repository root). The documents (`docs.guide.DOCUMENTS`):
-docs/MIGRATION.template.md -> docs/MIGRATION.md, the core a team acts on,
-and docs/APPENDIX.template.md -> docs/APPENDIX.md, the harness, the measured
-reports and the internals. `--measure` runs the measurement's own command
-(`bench/measure.py`: `python -m compare`, `python -m bench.NAME_runs`, ...).
+docs/MIGRATION.template.md -> docs/MIGRATION.md, the core a team acts on;
+docs/APPENDIX.template.md -> docs/APPENDIX.md, the harness, the measured
+reports and the internals; and the pages the appendix links to, outside the
+guide: docs/many-hosts.template.md -> docs/MANY-HOSTS.md and
+docs/moving-a-running-job.template.md -> docs/MOVING-A-RUNNING-JOB.md. `--measure`
+runs the measurement's own command (`bench/measure.py`: `python -m
+compare`, `python -m bench.NAME_runs`, ...).
 
 The guide's code and figures are never pasted: the templates name tagged
 regions (`# region: TAG` ... `# endregion` in the source) and measurement
-files, and this script pulls them. Directives, in either template (each
-alone on its line):
+files, and this script pulls them. Directives, in any template (each alone
+on its line):
 
     <!-- code: PATH#TAG -->            the region, as a python block
     <!-- code: PATH::NAME -->          one def, class or assignment
@@ -40,6 +43,9 @@ alone on its line):
     <!-- toc -->                       the document's own contents: every
                                        section and subsection with an anchor
 
+Any other HTML comment that starts a line outside a fenced block is a note
+to whoever opens the template or part, and is left out of the output.
+
 Inline, `{{SOURCE/PATH:FORMAT UNIT}}` is a figure from
 docs/measured/SOURCE.json (`docs/guide/figures.py`), shown as the number and
 its unit; each section (a `#`, `##` or `###` heading's body) that shows
@@ -49,13 +55,15 @@ A table rendered from measurements that does not name its file gets the
 same line under it. A number with a unit typed into the prose fails the
 build. `[[pkg.module.name]]` becomes a link to its file and every name, path
 and anchor is checked (`docs/guide/references.py`): `[t](#anchor)` must land
-in its own document, `[t](APPENDIX.md#anchor)` (or `MIGRATION.md#anchor`
-from the appendix) in the other. Line numbers are deliberately not shown, so
-only a change to a shown region (or a renamed name) makes the guide stale.
-Every error names the template it comes from.
+in its own document, `[t](OTHER.md#anchor)` (`APPENDIX.md#anchor`,
+`MIGRATION.md#anchor`, `MANY-HOSTS.md#anchor`: any document's output) in
+that one. Line numbers are deliberately not shown, so only a change to a
+shown region (or a renamed name) makes the guide stale. Every error names
+the template it comes from.
 """
 
 import argparse
+import os
 import pathlib
 import re
 import sys
@@ -108,7 +116,8 @@ def _programs(root, registry=None):
     if file.is_file():
       parts.append(file.read_text().rstrip("\n"))
     else:
-      parts.append(f"### {name}\n\nNo walkthrough yet: `python -m compare "
+      parts.append(f"### <a id=\"program-{name}\"></a>{name}\n\nNo "
+                   "walkthrough yet: `python -m compare "
                    f"--show-diff {getattr(strategy, 'program', name)}` shows "
                    "every line the port changed.")
   return "\n\n".join(parts)
@@ -181,29 +190,59 @@ def contents(text):
       for head, subs in sections)
 
 
-# A comment in a part file for whoever opens it (not a directive): left out.
-_PART_NOTE = re.compile(r"^<!--(?!\s*[\w-]+:)(?:.|\n)*?-->\n?", re.M)
+# A comment that starts a line and is not a directive: a note for whoever
+# opens the file.
+_NOTE = re.compile(r"<!--(?!\s*(?:(?:code|diff|table|link-if-exists|part)"
+                   r"\s*:|(?:programs|figures|toc)\s*-->))")
+
+
+def strip_notes(text):
+  """`text` without its notes to whoever opens the file: each HTML comment
+  that starts a line outside a fenced block and is not a directive, with
+  the blank line it would leave."""
+  out, fenced, dropped = [], False, False
+  lines = iter(text.split("\n"))
+  for line in lines:
+    if not fenced and _NOTE.match(line):
+      body = line[len("<!--"):]
+      while "-->" not in body:  # a note over several lines
+        body = next(lines, None)
+        if body is None:
+          raise GuideError("a note (`<!--` that is not a directive) never "
+                           "ends (`-->`)")
+      line = body.split("-->", 1)[1]
+      if not line.strip():
+        dropped = True
+        continue
+    elif dropped and not line.strip() and (not out or not out[-1].strip()):
+      dropped = False  # the blank line the note leaves
+      continue
+    dropped = False
+    if line.lstrip().startswith("```"):
+      fenced = not fenced
+    out.append(line)
+  return "\n".join(out)
 
 
 def _part(root, path):
   """A section kept in its own file: its text without its `# ` title and
-  without its notes to whoever opens the file (HTML comments that are not
-  directives)."""
+  without its notes to whoever opens the file (`strip_notes`)."""
   file = root / path
   if not file.is_file():
     raise GuideError(f"<!-- part: {path} -->: no such file")
   lines = file.read_text().rstrip("\n").splitlines()
   text = "\n".join(lines[1:] if lines and lines[0].startswith("# ")
                    else lines)
-  return _PART_NOTE.sub("", text).strip("\n")
+  return strip_notes(text).strip("\n")
 
 
 def template_text(root, template=TEMPLATE):
-  """A template with programs and parts pasted in: what the build reads."""
+  """A template with programs and parts pasted in, less its notes to whoever
+  opens it (`strip_notes`): what the build reads."""
   file = root / template
   if not file.is_file():
     raise GuideError("no such template (`docs.guide.DOCUMENTS` names it)")
-  text = file.read_text()
+  text = strip_notes(file.read_text())
   text = re.sub(r"^<!--\s*part:\s*(\S+)\s*-->[ \t]*$",
                 lambda m: _part(root, m.group(1)), text, flags=re.M)
   return re.sub(r"^<!--\s*programs\s*-->\s*$", lambda _: _programs(root),
@@ -266,11 +305,25 @@ def _failed(problems):
   return err
 
 
+def _same_file(template, output):
+  """Whether the two names are one file (`docs/many-hosts.template.md` and
+  `docs/MANY-HOSTS.md` on a file system that ignores case)."""
+  try:
+    return os.path.samefile(template, output)
+  except OSError:  # one of them is not there
+    return False
+
+
 def build_all(root: pathlib.Path = ROOT) -> dict[str, str]:
   """Every document's text ({output: text}), from the templates, the code
   and the measurements. Raises GuideError naming each broken template."""
   templates, problems = {}, []
   for template, output in DOCUMENTS:
+    if _same_file(root / template, root / output):
+      problems.append(f"{template}: it is the same file as its output "
+                      f"{output} here (a file system that ignores case): "
+                      "give one another name in `docs.guide.DOCUMENTS`")
+      continue
     try:
       templates[output] = template_text(root, template)
     except GuideError as err:

@@ -378,7 +378,7 @@ RECORDED = (
              "than about 30 s apart (one compiled slower)",
              "#many-processes",
              "Gloo context initialization failed: ... GetKeyValue() timed out",
-             "docs/many-hosts.md",
+             "docs/many-hosts.template.md",
              "it takes gloo's fixed timeout of about 30 s to raise"),
 )
 

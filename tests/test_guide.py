@@ -1,7 +1,8 @@
-"""docs/MIGRATION.md and docs/APPENDIX.md stay true to the code and the
-measurements.
+"""docs/MIGRATION.md, docs/APPENDIX.md and the pages the appendix links to
+(docs/MANY-HOSTS.md, docs/MOVING-A-RUNNING-JOB.md) stay true to the code and
+the measurements.
 
-Drift (regions, names, paths, anchors across both documents, figures and
+Drift (regions, names, paths, anchors across every document, figures and
 their provenance lines), the tables derived from the strategy registry and
 compare's report, the collective counts the guide's recipe uses, and
 --show-diff. Negative controls work on copies of the repo under tmp_path;
@@ -28,6 +29,8 @@ from docs import build_guide as guide
 from docs.guide import APPENDIX
 from docs.guide import APPENDIX_TEMPLATE
 from docs.guide import DOCUMENTS
+from docs.guide import GUIDE
+from docs.guide import PAGES
 from docs.guide import GuideError
 from docs.guide import figures
 from docs.guide import references
@@ -36,6 +39,7 @@ from docs.guide.sources import source
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TEMPLATES = [template for template, _ in DOCUMENTS]
+OUTPUTS = [output for _, output in DOCUMENTS]
 _ANCHOR = re.compile(r'<a id="([\w-]+)"></a>')
 
 
@@ -84,8 +88,7 @@ def _notes(text):
 @pytest.mark.jax010  # it says which jax 0.10 names are gone
 def test_guide_is_up_to_date_with_the_code():
   assert guide.check(ROOT) == [], (
-      "run `python -m docs.build_guide` and commit docs/MIGRATION.md and "
-      "docs/APPENDIX.md")
+      "run `python -m docs.build_guide` and commit " + ", ".join(OUTPUTS))
 
 
 def test_every_region_the_templates_name_exists():
@@ -115,27 +118,32 @@ def test_no_figure_in_the_templates_is_typed_by_hand():
 
 
 def test_every_provenance_line_names_its_sources_in_the_appendix():
-  core, appendix = ((ROOT / output).read_text() for _, output in DOCUMENTS)
-  for text in core, appendix:
+  texts = {output: (ROOT / output).read_text() for output in OUTPUTS}
+  for text in texts.values():
     assert "<sup>" not in text  # a figure is its number and unit only
-  notes = _notes(core)
-  assert len(notes) >= 5
-  entries = {a: line for line in appendix.splitlines()
+  assert len(_notes(texts[guide.OUTPUT])) >= 5
+  entries = {a: line for line in texts[APPENDIX].splitlines()
              if (a := next(iter(_ANCHOR.findall(line)), "")).startswith("src-")}
-  for line in notes + _notes(appendix):
-    links = re.findall(r"\[(\w+)\]\(((?:APPENDIX\.md)?)#(src-[\w-]+)\)", line)
-    assert links and len({name for name, _, _ in links}) == len(links), line
-    for name, where, anchor in links:  # the core links into the appendix
-      assert where == ("APPENDIX.md" if line in notes else ""), line
-      entry = entries[anchor]
-      assert f"**{name}**" in entry and f"(measured/{name}.json)" in entry
-      assert "--measure" in entry, entry
+  for output, text in texts.items():
+    for line in _notes(text):
+      links = re.findall(r"\[(\w+)\]\(((?:APPENDIX\.md)?)#(src-[\w-]+)\)",
+                         line)
+      assert links and len({name for name, _, _ in links}) == len(links), line
+      for name, where, anchor in links:  # the others link into the appendix
+        assert where == ("" if output == APPENDIX else "APPENDIX.md"), line
+        entry = entries[anchor]
+        assert f"**{name}**" in entry and f"(measured/{name}.json)" in entry
+        assert "--measure" in entry, entry
 
 
-@pytest.mark.parametrize("output", [output for _, output in DOCUMENTS])
-def test_the_contents_list_every_section_of_their_document(output):
+@pytest.mark.parametrize("template, output", DOCUMENTS)
+def test_the_contents_list_every_section_of_their_document(template, output):
   text = (ROOT / output).read_text()
   headings = re.findall(r"^#{2,3} <a id=\"([\w-]+)\"></a>", text, re.M)
+  if not headings:  # a page whose headings carry no anchors: no contents
+    assert "<!-- toc -->" not in (ROOT / template).read_text()
+    assert re.search(r"^## \w", text, re.M), "a page with no sections"
+    return
   assert headings[0] == "contents"
   contents = _section(text, "contents")
   assert re.findall(r"\]\(#([\w-]+)\)", contents) == headings[1:]
@@ -168,10 +176,13 @@ def test_a_figure_is_its_number_and_its_section_ends_with_one_note(copy):
     assert f'<a id="{anchor}"></a>' in built[APPENDIX]
 
 
-def _documents(root, core, appendix):
-  """Both templates of the copy at `root` replaced by small ones."""
+def _documents(root, core, appendix, page="# Page\n\nText.\n"):
+  """The templates of the copy at `root` replaced by small ones: the core's,
+  the appendix's and each page's (`page`)."""
   (root / guide.TEMPLATE).write_text(core)
   (root / APPENDIX_TEMPLATE).write_text(appendix)
+  for template, _ in PAGES:
+    (root / template).write_text(page)
   return guide.build_all(root)
 
 
@@ -223,22 +234,25 @@ def test_drift_check_fails_when_a_shown_region_changes(copy):
   assert guide.main(["--check", "--root", str(copy)]) == 1
 
 
-def test_check_reports_a_stale_appendix(copy, capsys):
+@pytest.mark.parametrize("template, output", DOCUMENTS)
+def test_check_reports_each_stale_document(copy, capsys, template, output):
   assert guide.main(["--root", str(copy)]) == 0
-  assert "wrote" in capsys.readouterr().out
+  wrote = capsys.readouterr().out
+  assert all(f"wrote {copy / o}" in wrote for o in OUTPUTS)
   assert guide.check(copy) == []
-  stale = [f"{APPENDIX} is stale: run `python -m docs.build_guide`"]
-  _append(copy / APPENDIX, "Edited by hand.")
+  stale = [f"{output} is stale: run `python -m docs.build_guide`"]
+  _append(copy / output, "Edited by hand.")
   assert guide.check(copy) == stale
   assert guide.main(["--check", "--root", str(copy)]) == 1
   assert stale[0] in capsys.readouterr().err
-  (copy / APPENDIX).unlink()
+  (copy / output).unlink()
   assert guide.check(copy) == stale
   guide.main(["--root", str(copy)])
-  _append(copy / APPENDIX_TEMPLATE, "A paragraph more.")
-  assert guide.check(copy) == stale  # the core is still up to date
+  _append(copy / template, "A paragraph more.")
+  assert guide.check(copy) == stale  # the others are still up to date
   assert guide.main(["--root", str(copy)]) == 0
   assert guide.check(copy) == []
+  assert guide.main(["--check", "--root", str(copy)]) == 0
 
 
 def test_a_missing_template_is_named(copy):
@@ -250,7 +264,11 @@ def test_a_missing_template_is_named(copy):
 
 @pytest.mark.parametrize("template, link", [
     (guide.TEMPLATE, "APPENDIX.md#no-such-anchor"),
-    (APPENDIX_TEMPLATE, "MIGRATION.md#no-such-anchor")])
+    (APPENDIX_TEMPLATE, "MIGRATION.md#no-such-anchor"),
+    (PAGES[0][0], "APPENDIX.md#no-such-anchor"),  # a page to the appendix
+    (PAGES[1][0], "MIGRATION.md#no-such-anchor"),
+    (APPENDIX_TEMPLATE, "MANY-HOSTS.md#no-such-anchor"),  # to a page
+    (PAGES[0][0], "MOVING-A-RUNNING-JOB.md#no-such-anchor")])
 def test_a_cross_document_link_to_a_missing_anchor_fails(copy, template,
                                                          link):
   _append(copy / template, f"See [there]({link}).")
@@ -281,6 +299,23 @@ def test_a_link_to_the_other_documents_anchor_must_name_it(copy):
   assert guide.check(copy) == [
       f"{APPENDIX_TEMPLATE}: link to #{only}, which is in {guide.OUTPUT}: "
       f"link to MIGRATION.md#{only}"]
+
+
+def test_a_link_to_a_pages_anchor_is_checked_in_that_page(copy):
+  (page, output), (other, _) = PAGES
+  _append(copy / page, "## <a id=\"page-only\"></a>Page only\n\nText.")
+  _append(copy / APPENDIX_TEMPLATE, "See [it](#page-only).")
+  _append(copy / other, "See [it](#many-processes-in-depth).")
+  name = output.rsplit("/", 1)[1]
+  assert guide.check(copy) == [
+      f"{APPENDIX_TEMPLATE}: link to #page-only, which is in {output}: link "
+      f"to {name}#page-only",
+      f"{other}: link to #many-processes-in-depth, which is in {APPENDIX}: "
+      "link to APPENDIX.md#many-processes-in-depth"]
+  _edit(copy / APPENDIX_TEMPLATE, "(#page-only)", f"({name}#page-only)")
+  _edit(copy / other, "(#many-processes-in-depth)",
+        "(APPENDIX.md#many-processes-in-depth)")
+  assert guide.build_all(copy)  # both land now
 
 
 def test_drift_check_fails_when_a_measurement_changes(copy):
@@ -411,11 +446,11 @@ def test_tolerance_table_and_programs_come_from_the_registry(copy):
 
 
 def test_link_if_exists_points_at_the_file_once_written(copy):
-  path = "docs/moving-a-running-job.md"
+  path = "docs/moving-a-running-job.template.md"
   (copy / path).unlink(missing_ok=True)  # as before the section was written
   assert "not written yet" in guide._link_if_exists(copy, path)  # pylint: disable=protected-access
   (copy / path).write_text("# Moving a running job\n")
-  assert "[Moving a running job](../docs/moving-a-running-job.md)" in (
+  assert "[Moving a running job](../docs/moving-a-running-job.template.md)" in (
       guide._link_if_exists(copy, path))  # pylint: disable=protected-access
 
 
@@ -590,3 +625,95 @@ def test_the_core_stays_short_enough_to_act_on():
   # appendix.
   core = (ROOT / DOCUMENTS[0][1]).read_text().splitlines()
   assert len(core) <= 900, len(core)
+
+
+def test_the_guide_is_shorter_than_2002_lines():
+  # The core and its appendix; the launcher's internals and the recipes are
+  # pages of their own that the appendix links to.
+  lines = sum(len((ROOT / output).read_text().splitlines())
+              for output in GUIDE)
+  assert lines < 2002, lines
+
+
+@pytest.mark.parametrize("template, output", PAGES)
+def test_a_page_is_a_document_of_its_own(template, output):
+  source = (ROOT / template).read_text()
+  text = (ROOT / output).read_text()
+  title = source.splitlines()[0]
+  assert title.startswith("# ")  # its title, under the generated header
+  header = guide.HEADER.format(template=template)
+  assert text.startswith(header + title + "\n\n")
+  comments = [line for _, line in references.prose_lines(text)
+              if "<!--" in line]
+  assert comments == [header.strip()]  # no directive, no note left
+  notes = [line for _, line in references.prose_lines(source)
+           if guide._NOTE.match(line)]  # pylint: disable=protected-access
+  assert notes and all(note not in text for note in notes)
+  assert "```python" in text  # its code regions, filled in
+
+
+def test_the_pages_show_their_measured_tables():
+  (_, many_hosts), (_, moving) = PAGES
+  many_hosts, moving = ((ROOT / o).read_text() for o in (many_hosts, moving))
+  assert "(measured/many_hosts.json)" in many_hosts
+  assert "| strategy | run | 2 × 4 examples/s |" in many_hosts
+  assert moving.count("(measured/handover.json)") == 2  # proof and cost
+  assert "save blocks the loop, ms (mean)" in moving
+
+
+def test_the_appendix_summarises_each_page_and_links_to_it():
+  template = (ROOT / APPENDIX_TEMPLATE).read_text()
+  body = template.split('<a id="many-hosts-in-depth"></a>', 1)[1]
+  body = re.split(r"^## ", body, maxsplit=1, flags=re.M)[0]
+  assert len(body.strip().splitlines()) <= 25
+  appendix = (ROOT / APPENDIX).read_text()
+  core = (ROOT / guide.OUTPUT).read_text()
+  for anchor, (_, output) in zip(("many-processes-in-depth",
+                                  "checkpoints-in-depth"), PAGES):
+    section = _section(appendix, anchor)
+    assert f"]({output.rsplit('/', 1)[1]})" in section, anchor
+    assert f"(APPENDIX.md#{anchor})" in core  # what the core links to
+  assert _section(appendix, "many-hosts-in-depth").strip()
+
+
+def test_a_page_links_its_provenance_line_to_the_appendix(copy):
+  page, output = PAGES[0]
+  _append(copy / page, "<!-- A note for whoever opens the page. -->\n\n"
+          "## Probe\n\nThe scan is {{traps/scan_trap/slowdown:.1f ×}} "
+          "slower.\n\n<!-- table: dispatch -->\n\n## After\n\nNo figures.")
+  built = guide.build_all(copy)
+  assert "A note for whoever" not in built[output]
+  probe = built[output].split("\n## Probe\n", 1)[1].split("\n## ", 1)[0]
+  notes = _notes(probe)
+  assert len(notes) == 1 and probe.rstrip().endswith(notes[0])
+  assert "[traps](APPENDIX.md#src-traps)" in notes[0]
+  assert "[dispatch](APPENDIX.md#src-dispatch)" in notes[0]
+  assert _notes(built[output].split("\n## After\n", 1)[1]) == []
+  for anchor in "src-traps", "src-dispatch":  # the entries it links to
+    assert f'<a id="{anchor}"></a>' in built[APPENDIX]
+
+
+def test_a_template_loses_its_notes_but_keeps_its_directives():
+  text = ("# T\n\n<!-- A note,\nover lines. -->\n\nText.\n\n<!-- toc -->\n"
+          "\n<!-- figures -->\n<!-- code: a.py#b -->\n```\n<!-- shown -->\n"
+          "```\n")
+  assert guide.strip_notes(text) == (
+      "# T\n\nText.\n\n<!-- toc -->\n\n<!-- figures -->\n"
+      "<!-- code: a.py#b -->\n```\n<!-- shown -->\n```\n")
+  with pytest.raises(GuideError, match="never ends"):
+    guide.strip_notes("<!-- a note\nthat never ends\n")
+
+
+def test_a_document_whose_output_is_its_template_is_refused(copy):
+  # On a file system that ignores case docs/many-hosts.template.md is
+  # docs/MANY-HOSTS.md: the build must not write the page over its template.
+  page, output = PAGES[0]
+  before = (copy / page).read_text()
+  (copy / output).unlink(missing_ok=True)
+  (copy / output).symlink_to(pathlib.PurePath(page).name)
+  assert guide.check(copy) == [
+      f"{page}: it is the same file as its output {output} here (a file "
+      "system that ignores case): give one another name in "
+      "`docs.guide.DOCUMENTS`"]
+  assert guide.main(["--root", str(copy)]) == 1
+  assert (copy / page).read_text() == before

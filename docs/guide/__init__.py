@@ -5,9 +5,11 @@
 - `figures`: the measurement files and the `{{...}}` figures drawn from them.
 - `tables`: the tables rendered from the registry and the measurements.
 
-The guide is two documents built the same way (`DOCUMENTS`): the core a team
-acts on (`TEMPLATE` -> `OUTPUT`) and its appendix (the harness, the measured
-reports, the internals), which link to each other.
+The guide is documents built the same way (`DOCUMENTS`), which link to each
+other: the core a team acts on (`TEMPLATE` -> `OUTPUT`), its appendix (the
+harness, the measured reports, the internals) and the pages the appendix
+links to (`PAGES`: many hosts, moving a running job), each a document of its
+own outside the guide's length.
 
 `--measure TARGET`, which regenerates a measurement file, is
 `bench.measure`: measuring is bench's concern, the guide only reads the
@@ -20,9 +22,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # (template, output) of each document, from the repository root; all in
 # docs/, so that one links to another by its file name.
 DOCUMENTS = (("docs/MIGRATION.template.md", "docs/MIGRATION.md"),
-             ("docs/APPENDIX.template.md", "docs/APPENDIX.md"))
+             ("docs/APPENDIX.template.md", "docs/APPENDIX.md"),
+             ("docs/many-hosts.template.md", "docs/MANY-HOSTS.md"),
+             ("docs/moving-a-running-job.template.md", "docs/MOVING-A-RUNNING-JOB.md"))
 TEMPLATE, OUTPUT = DOCUMENTS[0]  # the core
 APPENDIX_TEMPLATE, APPENDIX = DOCUMENTS[1]
+PAGES = DOCUMENTS[2:]  # linked from the appendix; not part of the guide
+GUIDE = (OUTPUT, APPENDIX)  # what a reader of the guide reads through
 MEASURED = "docs/measured"
 
 

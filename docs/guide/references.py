@@ -7,8 +7,10 @@ must import, names struck through (~~`jax.tree_map`~~) must NOT exist (the
 guide says they are gone), paths (`sharded/devices.py`) must exist, and so
 must the project modules commands run (`python -m bench.dispatch`).
 In the built documents every `(#anchor)` link must land on an anchor of its
-own document, and every `(APPENDIX.md#anchor)` (a link to another of the
-guide's documents) on one of that document.
+own document, and every `(OTHER.md#anchor)`, where OTHER.md is another
+document `docs.guide.DOCUMENTS` builds (`APPENDIX.md`, `MIGRATION.md`,
+`MANY-HOSTS.md`, ...), on one of that document; a `#anchor` that only
+another document has names the link to write.
 """
 
 import ast
