@@ -107,7 +107,7 @@ def explicit_mesh_trap() -> Outcome:
     wrong["shard_map(host array)"] = err
   try:
     wrong["placed[3]"] = placed[3]  # ShardingTypeError: say the out sharding
-  except ShardingTypeError as err:
+  except ShardingTypeError as err:  # private: jax._src.core (checked on 0.10.2)
     wrong["placed[3]"] = err
   right["shard_map(host array)"] = double(placed)  # place it as in_specs says
   right["placed[3]"] = placed.at[3].get(out_sharding=NamedSharding(mesh, P()))
