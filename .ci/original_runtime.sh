@@ -31,10 +31,12 @@ python -c 'import jax, flax; print("jax", jax.__version__, "flax", flax.__versio
 
 export JAX_PMAP_SHMAP_MERGE=0 SHARDPORT_EXPECT_ORIGINAL_RUNTIME=1
 # The pmap ~ shard_map tests on 8 devices, with their negative controls. The
-# whole four files (~10 min on 2 cores) with SHARDPORT_ORIGINAL_FULL=1.
+# whole five files with SHARDPORT_ORIGINAL_FULL=1 (~10 min on 2 cores, and
+# ~20 s more for test_ensemble_data.py).
 if [ "${SHARDPORT_ORIGINAL_FULL:-0}" = 1 ]; then
   tests=(tests/test_ensemble.py tests/test_data_parallel.py
-         tests/test_accumulation.py tests/test_equivalence.py)
+         tests/test_accumulation.py tests/test_ensemble_data.py
+         tests/test_equivalence.py)
 else
   tests=("tests/test_ensemble.py::test_backends_agree_per_member[8]"
          tests/test_ensemble.py::test_metrics_agree
@@ -42,6 +44,7 @@ else
          tests/test_data_parallel.py::test_negative_control_one_changed_example
          "tests/test_accumulation.py::test_ports_match_reference[4-8]"
          tests/test_accumulation.py::test_pmap_shard_map_check_fails_on_one_changed_label
+         tests/test_ensemble_data.py
          tests/test_equivalence.py)
 fi
 part tests python -m pytest -p no:cacheprovider "${tests[@]}"
@@ -53,6 +56,9 @@ part "compare ensemble" python -m compare --strategy ensemble \
   --epochs 1 --windows 2 --json "$out/ensemble.json"
 part "compare accumulation" python -m compare --strategy accumulation \
   --steps 3 --windows 2 --json "$out/accumulation.json"
+part "compare ensemble_data (the nested pmap)" python -m compare \
+  --strategy ensemble_data --epochs 1 --windows 2 \
+  --json "$out/ensemble_data.json"
 part "compare --program (a team's port)" python -m compare \
   --program examples.resnet.prove:port --steps 5 --windows 2 \
   --json "$out/program.json"

@@ -109,6 +109,35 @@ def no_pmean(module, run):
   return _with(module, make_train_step=make_train_step)
 
 
+def pmean_over(right: str, wrong: str):
+  """A plant: every `lax.pmean` over mesh axis `right` in the port's step
+  taken over `wrong` instead (a collective over the wrong axis of a 2-D
+  mesh). Where the step holds no such pmean (a `jit` port: the compiler
+  places its collectives) it changes nothing.
+
+  pmean is looked up when the step is traced, as for `no_pmean`.
+  """
+  def plant(module, run):
+    del run
+    pmean = jax.lax.pmean
+
+    def moved(x, axis_name, **kwargs):
+      return pmean(x, wrong if axis_name == right else axis_name, **kwargs)
+
+    def make_train_step(config, placement, variant):
+      step = module.make_train_step(config, placement, variant)
+
+      def train_step(state, batch):
+        with _patched(jax.lax, "pmean", moved):
+          return step(state, batch)
+
+      return train_step
+
+    return _with(module, make_train_step=make_train_step)
+
+  return plant
+
+
 def members_mixed(module, run):
   """Each member starts from its neighbour's initial state (members rolled)."""
   del run

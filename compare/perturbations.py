@@ -19,11 +19,16 @@ _INTS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def permuted(host_batch, parts, step, seed=0):
-  """The batch with each of its `parts` contiguous slices' rows shuffled."""
+  """The batch with each of its `parts` contiguous slices' rows shuffled.
+
+  Where the rows do not divide into `parts` (an ensemble's batch need not
+  split over all the devices) the slices are `n // parts` rows (at least
+  one) and the last holds the rest.
+  """
   n = len(next(iter(host_batch.values())))
   rng = np.random.default_rng(step if seed == 0 else (seed, step))
-  size = n // parts
-  order = np.concatenate([start + rng.permutation(size)
+  size = max(1, n // parts)
+  order = np.concatenate([start + rng.permutation(min(size, n - start))
                           for start in range(0, n, size)])
   return {k: v[order] for k, v in host_batch.items()}
 

@@ -9,6 +9,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 
 from workloads import configs
+from workloads import ensemble
 
 AXIS = "batch"
 BACKEND = "legacy_pmap"
@@ -190,6 +191,50 @@ def _global_members(x):
              for d in jax.local_devices(p)[:x.shape[0]]]
   mesh = jax.sharding.Mesh(np.array(devices), (ENSEMBLE_AXIS,))
   return jax.sharding.NamedSharding(mesh, jax.P(ENSEMBLE_AXIS))
+
+
+# The axes of an ensemble whose members train data-parallel (ensemble_data):
+# the outer and the inner pmap's, as the port's mesh names them.
+MEMBERS_AXIS, DATA_AXIS = "members", "data"
+
+
+def member_data_mesh(where, members: int) -> np.ndarray:
+  """`where`'s devices as the nested pmap lays them out, `[members, data]`.
+
+  The outer (members) axis is major: member m's row is devices m * D to
+  (m + 1) * D - 1 of `where`, as on the port's mesh. Raises a DeviceError
+  or EnsembleSizeError (one line) where no such mesh fits `where`.
+  """
+  shape = ensemble.mesh_shape(members, len(where))
+  return np.array(where, dtype=object).reshape(shape)
+
+
+class MemberReplicas:
+  """A nested pmap's ensemble state as a checkpoint holds it: each member
+  once, the member axis leading (`training.checkpoints.Layout`).
+
+  The state holds member m on every device of its row, `[members, data,
+  ...]` (the inner pmap's replicas); the checkpoint holds the first of them,
+  and restoring copies it back to every device of the row. One process:
+  nested pmap programs ran on one host.
+  """
+
+  @staticmethod
+  def to_checkpoint(tree):
+    return jax.tree.map(lambda x: np.asarray(x)[:, 0], tree)
+
+  @staticmethod
+  def checkpoint_target(tree):
+    # Restored onto one device, then spread by `from_checkpoint`: the
+    # original runtime's PmapSharding is no sharding Orbax restores onto.
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+        (x.shape[0], *x.shape[2:]), x.dtype, sharding=device), tree)
+
+  @staticmethod
+  def from_checkpoint(tree, like):
+    return jax.tree.map(lambda x, l: jax.device_put(np.broadcast_to(
+        np.asarray(x)[:, None], l.shape), l.sharding), tree, like)
 
 
 # region: many-hosts-pmap-members

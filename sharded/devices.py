@@ -8,6 +8,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from workloads import configs
+from workloads import ensemble
 
 AXIS = "data"
 BACKEND = "sharded"
@@ -144,6 +145,25 @@ class MemberCheckpoints:
   def from_checkpoint(tree, like):
     del like
     return tree
+
+
+# The axes of an ensemble whose members train data-parallel (ensemble_data):
+# the nested pmap's outer and inner axis names, as mesh axes.
+MEMBERS_AXIS, DATA_AXIS = "members", AXIS
+
+
+def member_data_mesh(where, members: int) -> jax.sharding.Mesh:
+  """A 2-D `members` x `data` mesh over `where`'s devices, in their order.
+
+  Member m's row is devices m * D to (m + 1) * D - 1 of `where`, as the
+  nested pmap lays them out. Auto, for the reasons given in `placement`.
+  Raises a DeviceError or EnsembleSizeError (one line) where no such mesh
+  fits `where`.
+  """
+  shape = ensemble.mesh_shape(members, where.size)
+  return jax.sharding.Mesh(where.devices.reshape(shape),
+                           (MEMBERS_AXIS, DATA_AXIS),
+                           axis_types=(AxisType.Auto,) * 2)
 
 
 # region: many-hosts-port-members

@@ -79,6 +79,9 @@ def _state(strategy_name, module_name, options, digits):
   config = strategy.make_config(
       {"steps": 1, "global_batch": 64, **options}, digits)
   module = importlib.import_module(module_name)
+  why = getattr(module, "why_unavailable", lambda: None)()
+  if why:  # a program this jax cannot run (ensemble_data's nested pmap)
+    pytest.skip(why)
   state = module.create_state(config.seed, config,
                               module.make_placement(N_DEVICES))
   return module, state
@@ -100,8 +103,8 @@ def test_a_change_to_any_leaf_changes_the_digest(strategy, module_name,
   replicated = module.BACKEND == "legacy_pmap" and not members
   seen, unseen = set(), []
   for i, (path, leaf) in enumerate(leaves):
-    if isinstance(state, tuple) and path[0].idx != 3:
-      continue  # the reference's members: member 3's leaves are enough
+    if isinstance(state, tuple) and path[0].idx != len(state) - 1:
+      continue  # the reference's members: the last one's leaves are enough
     changed = list(copied)
     changed[i] = _changed(leaf, members, replicated)
     after = digest.state_digest(module.to_host(

@@ -30,7 +30,8 @@ from workloads import registry
 STEPS = 4
 OPTIONS = {"data_parallel": {"workload": "linear512", "global_batch": 64},
            "accumulation": {"workload": "linear512", "global_batch": 64},
-           "ensemble": {"workload": "cnn", "global_batch": 32}}
+           "ensemble": {"workload": "cnn", "global_batch": 32},
+           "ensemble_data": {"workload": "cnn", "global_batch": 32}}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -93,6 +94,11 @@ def _check_handover(report, step, expected):
 @pytest.mark.parametrize("step", [1, STEPS // 2, STEPS - 1])
 def test_switch_hands_over_pmaps_state_after_exactly_n_steps(
     tmp_path, strategy, step, pmap_digests):
+  spec, options = strategies.get(strategy), OPTIONS[strategy]
+  config = spec.make_config({"steps": STEPS, **options}, datasets.load(
+      registry.get(options["workload"]).dataset))
+  if switch.SOURCE not in spec.active_runs(config, 8):
+    pytest.skip(spec.why_skipped(config, 8))  # no pmap to switch from here
   code, report = _switched(tmp_path, strategy, step)
   assert report["switch_at"] == step
   _check_handover(report, step, pmap_digests(strategy)[step])

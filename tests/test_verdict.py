@@ -18,7 +18,8 @@ from compare import verdicts
 
 SHORT = {"data_parallel": ["--steps", "3", "--batch-size", "64"],
          "accumulation": ["--steps", "3", "--batch-size", "64"],
-         "ensemble": ["--steps", "2", "--batch-size", "32"]}
+         "ensemble": ["--steps", "2", "--batch-size", "32"],
+         "ensemble_data": ["--steps", "2", "--batch-size", "32"]}
 
 
 def _run(tmp_path, strategy, *extra):
@@ -28,15 +29,28 @@ def _run(tmp_path, strategy, *extra):
   return code, json.loads(path.read_text())
 
 
+def _runs_pmap(strategy, digits):
+  """Whether `strategy`'s pmap run runs here, with the members `SHORT`
+  keeps (ensemble_data's nested pmap does not on jax >= 0.10)."""
+  spec = strategies.get(strategy)
+  return "pmap" in spec.active_runs(spec.make_config({}, digits), 8)
+
+
 @pytest.mark.parametrize("strategy", list(strategies.STRATEGIES))
-def test_every_strategy_passes_from_the_command_line(tmp_path, strategy):
+def test_every_strategy_passes_from_the_command_line(tmp_path, strategy,
+                                                     digits):
   # The port's runs also resume pmap's step-1 checkpoint (--switch-at): a
   # handover that changed any bit would break the bitwise pairs below.
-  code, report = _run(tmp_path, strategy, "--switch-at", "1")
+  pmap = _runs_pmap(strategy, digits)
+  code, report = _run(tmp_path, strategy,
+                      *(["--switch-at", "1"] if pmap else []))
   assert code == 0 and report["verdict"] == "pass"
-  assert report["switch_at"] == 1
-  assert (report["runs"]["pmap"]["state_digest"] ==
-          report["runs"]["shard_map"]["state_digest"])
+  if pmap:
+    assert report["switch_at"] == 1
+    assert (report["runs"]["pmap"]["state_digest"] ==
+            report["runs"]["shard_map"]["state_digest"])
+  else:  # skipped, and the report says why
+    assert "pmap" not in report["runs"] and report["skipped_runs"]["pmap"]
   # Bitwise pairs hold the same bits, so their digests are equal.
   runs = report["runs"]
   for v in report["equivalence"]:

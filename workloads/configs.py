@@ -88,3 +88,25 @@ class EnsembleConfig(TrainConfig):
   global_batch: int = 128
   learning_rate: float = 0.1
   momentum: float = 0.9
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsembleDataConfig(TrainConfig):
+  """An ensemble whose members each train data-parallel (issue 22).
+
+  The devices form a `members` x `data` mesh: member m trains on row m, its
+  global batch split over the row's D = devices / M devices. Every member
+  trains on the same global batch, as in `EnsembleConfig` (so the one-device
+  reference is the ensemble's); the optimiser is the HOWTO's, as there.
+
+  Attributes:
+    members: ensemble size M; it must divide the device count.
+    epochs: passes over the training set; the CLI turns them into `steps`
+      (`epochs * (n_train // global_batch)`) and evaluates after each.
+  """
+
+  members: int = 2
+  epochs: int = 5
+  global_batch: int = 128
+  learning_rate: float = 0.1
+  momentum: float = 0.9

@@ -38,6 +38,28 @@ def check_members(members: int, n_devices: int,
         f"({n_devices}) members, got {members}")
 
 
+def mesh_shape(members: int, n_devices: int) -> tuple[int, int]:
+  """`(M, D)`: the `members` x `data` mesh of `members` on `n_devices`.
+
+  Member m trains on row m; its batch splits over the row's D devices.
+
+  Raises:
+    DeviceError: more members than devices (or none): no mesh shape fits.
+    EnsembleSizeError: members that do not divide the devices.
+  """
+  if not 1 <= members <= n_devices:
+    raise configs.DeviceError(
+        f"--members {members} does not fit {n_devices} devices: the members "
+        f"x data mesh has one row per member, at most {n_devices} rows")
+  if n_devices % members:
+    fits = ", ".join(str(m) for m in range(1, n_devices + 1)
+                     if n_devices % m == 0)
+    raise configs.EnsembleSizeError(
+        f"--members {members} does not divide the {n_devices} devices into "
+        f"rows of the members x data mesh (choose one of {fits})")
+  return members, n_devices // members
+
+
 def member_keys(seed: int, members: int) -> jax.Array:
   """One init key per member, `[members]`, the same for every backend."""
   return jax.random.split(jax.random.key(seed), members)

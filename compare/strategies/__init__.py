@@ -12,6 +12,7 @@ from compare.strategies.base import RunSpec
 from compare.strategies.base import Strategy
 from compare.strategies.data_parallel import DataParallel
 from compare.strategies.ensemble import Ensemble
+from compare.strategies.ensemble_data import EnsembleData
 from workloads import configs
 
 STRATEGIES: dict[str, Strategy] = {}
@@ -35,7 +36,7 @@ def get(name: str) -> Strategy:
   return STRATEGIES[name]
 
 
-for _strategy in (DataParallel(), Ensemble(), Accumulation()):
+for _strategy in (DataParallel(), Ensemble(), Accumulation(), EnsembleData()):
   register(_strategy)
 
 __all__ = ["STRATEGIES", "NegativeControl", "RunSpec", "Strategy",

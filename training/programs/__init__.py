@@ -10,6 +10,7 @@ from training.programs.base import Program
 from training.programs.base import summarize_sums
 from training.programs.data_parallel import DataParallelProgram
 from training.programs.ensemble import EnsembleProgram
+from training.programs.ensemble_data import EnsembleDataProgram
 from workloads import configs
 
 PROGRAMS: dict[str, Program] = {}
@@ -34,9 +35,9 @@ def get(name: str) -> Program:
 
 
 for _program in (DataParallelProgram(), EnsembleProgram(),
-                 AccumulationProgram()):
+                 AccumulationProgram(), EnsembleDataProgram()):
   register(_program)
 
 __all__ = ["PROGRAMS", "AccumulationProgram", "DataParallelProgram",
-           "EnsembleProgram", "Program", "ProgramError", "get", "register",
-           "summarize_sums"]
+           "EnsembleDataProgram", "EnsembleProgram", "Program",
+           "ProgramError", "get", "register", "summarize_sums"]
