@@ -31,7 +31,8 @@ STEPS = 4
 OPTIONS = {"data_parallel": {"workload": "linear512", "global_batch": 64},
            "accumulation": {"workload": "linear512", "global_batch": 64},
            "ensemble": {"workload": "cnn", "global_batch": 32},
-           "ensemble_data": {"workload": "cnn", "global_batch": 32}}
+           "ensemble_data": {"workload": "cnn", "global_batch": 32},
+           "fsdp": {"workload": "linear512", "global_batch": 64}}
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -19,7 +19,8 @@ from compare import verdicts
 SHORT = {"data_parallel": ["--steps", "3", "--batch-size", "64"],
          "accumulation": ["--steps", "3", "--batch-size", "64"],
          "ensemble": ["--steps", "2", "--batch-size", "32"],
-         "ensemble_data": ["--steps", "2", "--batch-size", "32"]}
+         "ensemble_data": ["--steps", "2", "--batch-size", "32"],
+         "fsdp": ["--steps", "3", "--batch-size", "64"]}
 
 
 def _run(tmp_path, strategy, *extra):

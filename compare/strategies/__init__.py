@@ -13,6 +13,7 @@ from compare.strategies.base import Strategy
 from compare.strategies.data_parallel import DataParallel
 from compare.strategies.ensemble import Ensemble
 from compare.strategies.ensemble_data import EnsembleData
+from compare.strategies.fsdp import Fsdp
 from workloads import configs
 
 STRATEGIES: dict[str, Strategy] = {}
@@ -36,7 +37,8 @@ def get(name: str) -> Strategy:
   return STRATEGIES[name]
 
 
-for _strategy in (DataParallel(), Ensemble(), Accumulation(), EnsembleData()):
+for _strategy in (DataParallel(), Ensemble(), Accumulation(), EnsembleData(),
+                  Fsdp()):
   register(_strategy)
 
 __all__ = ["STRATEGIES", "NegativeControl", "RunSpec", "Strategy",

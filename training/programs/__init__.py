@@ -11,6 +11,7 @@ from training.programs.base import summarize_sums
 from training.programs.data_parallel import DataParallelProgram
 from training.programs.ensemble import EnsembleProgram
 from training.programs.ensemble_data import EnsembleDataProgram
+from training.programs.fsdp import FsdpProgram
 from workloads import configs
 
 PROGRAMS: dict[str, Program] = {}
@@ -35,9 +36,10 @@ def get(name: str) -> Program:
 
 
 for _program in (DataParallelProgram(), EnsembleProgram(),
-                 AccumulationProgram(), EnsembleDataProgram()):
+                 AccumulationProgram(), EnsembleDataProgram(),
+                 FsdpProgram()):
   register(_program)
 
 __all__ = ["PROGRAMS", "AccumulationProgram", "DataParallelProgram",
-           "EnsembleDataProgram", "EnsembleProgram", "Program",
+           "EnsembleDataProgram", "EnsembleProgram", "FsdpProgram", "Program",
            "ProgramError", "get", "register", "summarize_sums"]
