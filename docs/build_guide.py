@@ -75,6 +75,9 @@ from docs.guide import OUTPUT
 from docs.guide import ROOT
 from docs.guide import TEMPLATE
 from docs.guide import GuideError
+from docs.guide.assembly import contents
+from docs.guide.assembly import part as _part
+from docs.guide.assembly import strip_notes
 from docs.guide import figures
 from docs.guide import jobs
 from docs.guide import references
@@ -98,7 +101,6 @@ _DIRECTIVE = re.compile(r"^<!--\s*(code|diff|table|programs|link-if-exists|"
                         r"figures|toc)\b:?\s*(.*?)\s*-->\s*$")
 _SOURCES = "\0figures\0"  # where the figure list goes once all are known
 _TOC = "\0toc\0"  # where the contents go once all headings are known
-_HEADING = re.compile(r"^(##|###) <a id=\"([\w-]+)\"></a>(.*)$", re.M)
 _SECTION = re.compile(r"^#{1,3} ")  # a heading that starts a section
 
 __all__ = ["DOCUMENTS", "GuideError", "MEASURED", "TEMPLATE", "OUTPUT",
@@ -171,69 +173,6 @@ def _directive(root, kind, args):
     return text, [name for name in reads
                   if f"measured/{name}.json" not in text]
   raise GuideError(f"unknown directive {kind}: {args}")
-
-
-def contents(text):
-  """A list of the document's sections, one line each with its
-  subsections after it, titled as their headings are (with their own
-  numbers: `4.1`, `A1`, or none)."""
-  sections = []
-  for level, anchor, title in _HEADING.findall(text):
-    if anchor == "contents":
-      continue
-    if level == "##" or not sections:
-      sections.append([f"[{title.strip()}](#{anchor})", []])
-    else:
-      sections[-1][1].append(f"[{title.strip()}](#{anchor})")
-  return "\n".join(
-      f"- {head}" + (": " + " · ".join(subs) if subs else "")
-      for head, subs in sections)
-
-
-# A comment that starts a line and is not a directive: a note for whoever
-# opens the file.
-_NOTE = re.compile(r"<!--(?!\s*(?:(?:code|diff|table|link-if-exists|part)"
-                   r"\s*:|(?:programs|figures|toc)\s*-->))")
-
-
-def strip_notes(text):
-  """`text` without its notes to whoever opens the file: each HTML comment
-  that starts a line outside a fenced block and is not a directive, with
-  the blank line it would leave."""
-  out, fenced, dropped = [], False, False
-  lines = iter(text.split("\n"))
-  for line in lines:
-    if not fenced and _NOTE.match(line):
-      body = line[len("<!--"):]
-      while "-->" not in body:  # a note over several lines
-        body = next(lines, None)
-        if body is None:
-          raise GuideError("a note (`<!--` that is not a directive) never "
-                           "ends (`-->`)")
-      line = body.split("-->", 1)[1]
-      if not line.strip():
-        dropped = True
-        continue
-    elif dropped and not line.strip() and (not out or not out[-1].strip()):
-      dropped = False  # the blank line the note leaves
-      continue
-    dropped = False
-    if line.lstrip().startswith("```"):
-      fenced = not fenced
-    out.append(line)
-  return "\n".join(out)
-
-
-def _part(root, path):
-  """A section kept in its own file: its text without its `# ` title and
-  without its notes to whoever opens the file (`strip_notes`)."""
-  file = root / path
-  if not file.is_file():
-    raise GuideError(f"<!-- part: {path} -->: no such file")
-  lines = file.read_text().rstrip("\n").splitlines()
-  text = "\n".join(lines[1:] if lines and lines[0].startswith("# ")
-                   else lines)
-  return strip_notes(text).strip("\n")
 
 
 def template_text(root, template=TEMPLATE):

@@ -32,7 +32,6 @@ names a directory holding optax 0.2.7 (`pip install --no-deps --target DIR
 optax==0.2.7`), imports the real package in a subprocess as well.
 """
 
-import builtins
 import dataclasses
 import json
 import os
@@ -53,6 +52,8 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax import lax  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax.sharding import AxisType, NamedSharding  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from docs import errors_processes  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 N = 8
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -274,56 +275,6 @@ def _unbound_axis():
   jax.jit(mean_over_devices)(np.ones(3, np.float32))
 
 
-def _fetch_worker(port: int, process_id: int) -> None:
-  """One of `_fetch_across_processes`' 2 processes (2 devices each): prints
-  what fetching the 4-device array raises, as JSON."""
-  jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
-                             num_processes=2, process_id=process_id,
-                             initialization_timeout=60)
-  mesh = jax.make_mesh((jax.device_count(),), ("data",))
-  whole = np.arange(2 * jax.device_count(), dtype=np.float32)
-  x = jax.make_array_from_callback(whole.shape, NamedSharding(mesh, P("data")),
-                                   lambda index: whole[index])
-  try:
-    jax.device_get(x)
-  except Exception as err:  # pylint: disable=broad-except
-    print(json.dumps({"type": type(err).__name__, "message": str(err)}),
-          flush=True)
-
-
-def _fetch_across_processes():
-  """`jax.device_get` of an array over 2 processes' devices: both processes
-  really run (jax.distributed on localhost); process 0's error, raised here."""
-  from launch import launcher  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  port = launcher.free_port()
-  env = {**launcher.worker_env(2), "PYTHONPATH": str(ROOT)}
-  workers = [subprocess.Popen(  # pylint: disable=consider-using-with
-      [sys.executable, "-c", "from docs import errors; "
-       f"errors._fetch_worker({port}, {i})"], cwd=ROOT, env=env,
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
-  try:
-    outputs = [worker.communicate(timeout=120) for worker in workers]
-  finally:
-    for worker in workers:
-      if worker.poll() is None:
-        worker.kill()
-        worker.wait()
-  stdout, stderr = outputs[0]
-  found = [line for line in stdout.splitlines() if line.startswith("{")]
-  if not found and workers[0].returncode == 0:
-    return  # it fetched: no error
-  if not found:
-    raise ChildProcessError(
-        f"process 0 of 2 exited with {workers[0].returncode}: "
-        + " | ".join(stderr.strip().splitlines()[-3:]))
-  raised = json.loads(found[-1])
-  kind = getattr(builtins, raised["type"], None)
-  if not (isinstance(kind, type) and issubclass(kind, Exception)):
-    kind = type(raised["type"], (Exception,), {})  # keeps JAX's type's name
-  raise kind(raised["message"])
-
-
 CASES = (
     Case("device-put-replicated", "`jax.device_put_replicated(x, devices)`",
          "#staged", _device_put_replicated),
@@ -370,7 +321,7 @@ CASES = (
          _unbound_axis),
     Case("non-addressable-fetch", "`jax.device_get(x)` (or `np.asarray(x)`) "
          "of an array over several processes' devices (2 processes)",
-         "#cheap-fetch", _fetch_across_processes, processes=2),
+         "#cheap-fetch", errors_processes.fetch_across_processes, processes=2),
 )
 
 RECORDED = (
