@@ -53,17 +53,28 @@ def command(target, out, devices=8):
           "--devices", str(devices), "--json", str(out)]
 
 
+def _commit(root):
+  """HEAD's short hash, with `+changes` when the tree differs from it."""
+  def git(*args):
+    return subprocess.run(["git", *args], cwd=root, capture_output=True,
+                          text=True).stdout.strip()
+  head = git("rev-parse", "--short", "HEAD") or "unknown"
+  return head + ("+changes" if git("status", "--porcelain", "--",
+                                   "*.py") else "")
+
+
 def measure(target, root, devices=8):
   """Runs the measurement of `target` into docs/measured/, dated.
 
   The file is kept as written, plus a `date` (UTC) and the `command` when it
-  has none, and the machine's load average, since other work on the machine
+  has none, the commit measured (`+changes` when Python files differed from
+  it), and the machine's load average, since other work on the machine
   skews throughput. Returns the command's exit code; the file is written
   whatever compare's verdict (the table shows it).
   """
   out = root / MEASURED / f"{target}.json"
   out.parent.mkdir(parents=True, exist_ok=True)
-  load = os.getloadavg()[0]
+  load, commit = os.getloadavg()[0], _commit(root)
   # `python -m` puts its working directory first on the path: run from
   # `root`, the modules are the checkout's own, not an installed copy.
   code = subprocess.call(command(target, out, devices), cwd=root)
@@ -73,6 +84,7 @@ def measure(target, root, devices=8):
         datetime.timezone.utc).date().isoformat())
     record.setdefault("command", "python -m docs.build_guide --measure "
                                  f"{target}")
+    record.setdefault("commit", commit)
     record.setdefault("load_average", [round(load, 2),
                                        round(os.getloadavg()[0], 2)])
     out.write_text(json.dumps(record, indent=1) + "\n")
