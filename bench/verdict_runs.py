@@ -54,7 +54,11 @@ def summarise(report: dict) -> dict:
   for v in report["equivalence"]:
     entry = pairs.setdefault(f"{v['a']}~{v['b']}", {})
     entry[f"{v['at']}_verdict"] = v["verdict"]
-    entry[f"{v['at']}_max_abs"] = v["max_abs"]
+    if v["at"] == "lockstep":  # steps from one state: ratios to the band
+      entry["lockstep_max_ratio"] = v["max_ratio"]
+      entry["lockstep_first_fail_step"] = v["first_fail_step"]
+    elif "max_abs" in v:  # a handover's entry (`switch`) has none
+      entry[f"{v['at']}_max_abs"] = v["max_abs"]
     if v.get("calibration"):
       entry["max_ratio"] = v["calibration"]["max_ratio"]
       entry["worst_step"] = v["calibration"]["worst_step"]

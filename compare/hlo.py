@@ -37,6 +37,8 @@ _CALLEE_LIST = re.compile(r"\b(branch_computations|called_computations)="
                           r"\{([^}]*)\}")
 _TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 _ARRAY = re.compile(r"\b([a-z]+\d*(?:e\d+m\d+\w*)?)\[([\d,]*)\]")
+# `replica_groups={{0,1,2,3},{4,5,6,7}}` or the iota form `[2,4]<=[8]`.
+_GROUPS = re.compile(r"replica_groups=(?:\{\{([\d,]*)\}|\[\d+,(\d+)\])")
 _BITS = {"pred": 8, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16": 16, "u16": 16,
          "f16": 16, "bf16": 16, "s32": 32, "u32": 32, "f32": 32, "s64": 64,
          "u64": 64, "f64": 64, "c64": 64, "c128": 128}
@@ -66,10 +68,28 @@ def _bytes(shape: str) -> int:
   return total
 
 
+def _full_bytes(op: str, result_bytes: int, line: str) -> int:
+  """The unsharded size a collective works on, from its result's bytes.
+
+  An all-reduce's and an all-gather's result is the whole array; a
+  reduce-scatter's is one of its group's shards, so the array is the result
+  times the group's size. On a ring each device sends about 2(N-1)/N of
+  this for an all-reduce and (N-1)/N for an all-gather or a reduce-scatter.
+  """
+  if op != "reduce-scatter":
+    return result_bytes
+  groups = _GROUPS.search(line)
+  if groups is None:
+    return result_bytes
+  size = (len(groups.group(1).split(",")) if groups.group(1) is not None
+          else int(groups.group(2)))
+  return result_bytes * size
+
+
 @dataclasses.dataclass
 class _Computation:
   collectives: dict  # op -> count written here
-  all_reduce_bytes: int  # bytes of the all-reduces written here
+  collective_bytes: dict  # op -> unsharded bytes of those written here
   calls: list  # (callee, times per run: an int, None if unknown, "branch")
   loops: list  # (while body, known trip count or None)
   unknown: list  # why a count through this computation is a lower bound
@@ -82,7 +102,8 @@ def computations(hlo_text: str) -> dict[str, _Computation]:
     header = _HEADER.match(line)
     if header and not line.startswith(" "):
       name = ENTRY if header.group(1) else header.group(2)
-      found[name] = _Computation(dict.fromkeys(COLLECTIVES, 0), 0, [], [], [])
+      found[name] = _Computation(dict.fromkeys(COLLECTIVES, 0),
+                                 dict.fromkeys(COLLECTIVES, 0), [], [], [])
       continue
     if name is None:
       continue
@@ -100,8 +121,8 @@ def _instruction(comp, name, line):
   base = op[:-len("-start")] if op.endswith("-start") else op
   if base in COLLECTIVES:
     comp.collectives[base] += 1
-    if base == "all-reduce":
-      comp.all_reduce_bytes += _bytes(instruction.group(1))
+    comp.collective_bytes[base] += _full_bytes(
+        base, _bytes(instruction.group(1)), line)
   callees = dict(_CALLEE.findall(line))
   callees.pop("to_apply", None)  # a reduction's scalar computation
   if "body" in callees:
@@ -135,16 +156,22 @@ class Executed:
   """What one call of a compiled program executes."""
 
   collectives: dict  # op -> times executed per call
-  all_reduce_bytes: int  # bytes all-reduced per call (result sizes summed)
+  collective_bytes: dict  # op -> unsharded bytes per call (`_full_bytes`)
   loops: list  # [{"body": name, "trip_count": n or None}], rolled loops
   unknown: list  # why the counts are lower bounds; empty when exact
 
+  @property
+  def all_reduce_bytes(self) -> int:
+    """Bytes all-reduced per call (result sizes summed)."""
+    return self.collective_bytes["all-reduce"]
+
 
 def executed(hlo_text: str) -> Executed:
-  """Collectives and all-reduced bytes one call executes, loops' trips in."""
+  """Collectives and their bytes one call executes, loops' trips in."""
   comps = computations(hlo_text)
+  none = dict.fromkeys(COLLECTIVES, 0)
   if ENTRY not in comps:  # not a module: count what is written
-    return Executed(count_collectives(hlo_text), 0, [],
+    return Executed(count_collectives(hlo_text), none, [],
                     ["no ENTRY computation: static count"])
   memo, reached = {}, []
 
@@ -152,9 +179,9 @@ def executed(hlo_text: str) -> Executed:
     if name not in memo:
       comp = comps.get(name)
       if comp is None or name in stack:
-        return dict.fromkeys(COLLECTIVES, 0), 0
+        return none, none
       reached.append(comp)
-      counts, nbytes = dict(comp.collectives), comp.all_reduce_bytes
+      counts, nbytes = dict(comp.collectives), dict(comp.collective_bytes)
       branches = []
       for callee, times in comp.calls:
         inner = visit(callee, stack + (name,))
@@ -163,11 +190,12 @@ def executed(hlo_text: str) -> Executed:
           continue
         n = 1 if times is None else times
         counts = {op: counts[op] + n * inner[0][op] for op in COLLECTIVES}
-        nbytes += n * inner[1]
+        nbytes = {op: nbytes[op] + n * inner[1][op] for op in COLLECTIVES}
       if branches:
-        inner = max(branches, key=lambda b: (sum(b[0].values()), b[1]))
+        inner = max(branches, key=lambda b: (sum(b[0].values()),
+                                             sum(b[1].values())))
         counts = {op: counts[op] + inner[0][op] for op in COLLECTIVES}
-        nbytes += inner[1]
+        nbytes = {op: nbytes[op] + inner[1][op] for op in COLLECTIVES}
       memo[name] = counts, nbytes
     return memo[name]
 
@@ -217,7 +245,10 @@ def describe(compiled) -> dict:
 
   `collectives`: written in the HLO (static). `collectives_per_step_executed`:
   executed by one call, rolled loops counted per trip. `all_reduce_bytes`:
-  bytes all-reduced by one call. `collectives_exact`: False where a loop's
+  bytes all-reduced by one call. `collective_bytes_per_step`: for each
+  collective, the unsharded bytes it works on in one call (`_full_bytes`:
+  an fsdp step's all-gathers and reduce-scatters against data_parallel's
+  all-reduce). `collectives_exact`: False where a loop's
   trip count or a conditional's branch is unknown (then the executed counts
   are lower bounds, and `collectives_note` says where). A step made of several
   calls (optax.MultiSteps) multiplies the per-call figures by its calls.
@@ -227,6 +258,7 @@ def describe(compiled) -> dict:
   return {"collectives": count_collectives(text),
           "collectives_per_step_executed": run.collectives,
           "all_reduce_bytes": run.all_reduce_bytes,
+          "collective_bytes_per_step": run.collective_bytes,
           "collectives_exact": not run.unknown,
           "collectives_note": "; ".join(run.unknown),
           "memory": memory(compiled)}

@@ -78,6 +78,9 @@ def _merged(descriptions):
     merged[key] = {name: sum(d[key][name] for d in descriptions)
                    for name in descriptions[0][key]}
   merged["all_reduce_bytes"] = sum(d["all_reduce_bytes"] for d in descriptions)
+  merged["collective_bytes_per_step"] = {
+      name: sum(d["collective_bytes_per_step"][name] for d in descriptions)
+      for name in descriptions[0]["collective_bytes_per_step"]}
   merged["collectives_exact"] = all(d["collectives_exact"]
                                     for d in descriptions)
   merged["memory"] = {name: max(d["memory"][name] for d in descriptions)

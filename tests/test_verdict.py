@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 
+from bench import verdict_runs
 from compare import cli
 from compare import runner
 from compare import strategies
@@ -61,6 +62,13 @@ def test_every_strategy_passes_from_the_command_line(tmp_path, strategy,
   # Evaluation outputs agree across backends (not only the states).
   accuracies = {name: run["test_accuracy"] for name, run in runs.items()}
   assert len(set(accuracies.values())) == 1, accuracies
+  # The long runs' summary (bench/verdict_runs.py) reads every entry.
+  summary = verdict_runs.summarise(report)
+  assert summary["verdict"] == "pass"
+  judged = [pair for pair in summary["pairs"].values()
+            if "final_verdict" in pair]  # not a handover's own entry
+  assert judged and all("lockstep_max_ratio" in pair for pair in judged), (
+      summary["pairs"])
 
 
 @pytest.mark.parametrize("strategy, name", [
