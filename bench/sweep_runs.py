@@ -17,13 +17,17 @@ import tempfile
 from bench import run_record
 
 COUNTS = "1,2,4,8"
+# Its members x data mesh needs a row per member (2 by default).
+COUNTS_FOR = {"ensemble_data": "2,4,8"}
 LENGTH = {"data_parallel": ["--steps", "20"], "ensemble": ["--epochs", "1"],
-          "accumulation": ["--steps", "20"]}
+          "accumulation": ["--steps", "20"], "ensemble_data": ["--steps", "20"],
+          "fsdp": ["--steps", "20"]}
 
 
 def argv_for(strategy, json_path, plot_path):
   return ["-m", "compare", "--strategy", strategy, *LENGTH[strategy],
-          "--windows", "5", "--sweep-devices", COUNTS, "--json",
+          "--windows", "5", "--sweep-devices",
+          COUNTS_FOR.get(strategy, COUNTS), "--json",
           str(json_path), "--plot", str(plot_path)]
 
 
@@ -48,8 +52,8 @@ def main(argv=None) -> int:
     strategies[strategy] = entry
   run_record.write(
       args.json, "sweep", "each strategy's default workload (the CNN on "
-      f"digits) on the first 1, 2, 4 and 8 of 8 emulated CPU devices, short "
-      "runs", strategies=strategies, failed=failed,
+      f"digits) on the first 1, 2, 4 and 8 of 8 emulated CPU devices "
+      "(ensemble_data: 2, 4 and 8, a row per member), short runs", strategies=strategies, failed=failed,
       logs=str(folder) if failed else None)
   return 1 if failed else 0
 

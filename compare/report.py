@@ -76,7 +76,7 @@ def run_rows(report: dict) -> list[list[str]]:
 
 
 def _runs_table(report):
-  widths = (12, 11, 19, 6, 9, 10, 8, 10, 10, 8)
+  widths = (13, 11, 19, 6, 9, 10, 8, 10, 10, 8)
   line = lambda cells: " ".join(
       f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
       for i, (c, w) in enumerate(zip(cells, widths)))
@@ -101,7 +101,7 @@ def _history(report):
 
 def _pair_line(v):
   """One pair at one check."""
-  head = f"{v['a']:>12} vs {v['b']:<12} {v['at']:<10} {v['verdict']:<7} "
+  head = f"{v['a']:>13} vs {v['b']:<13} {v['at']:<10} {v['verdict']:<7} "
   if v["at"] == "switch":
     return head + (f"the state restored at step {v['step']} "
                    + ("is" if v["verdict"] == "bitwise" else "is NOT")

@@ -292,7 +292,7 @@ def _run_report(strategy, config, run, speed):
           "final_loss": run.losses[-1], **summary, "losses": run.losses,
           **run.compiled, "history": run.history,
           "state_digest": digest.state_digest(run.host),
-          **strategy.run_fields(config, run.name)}
+          **strategy.run_fields(config, run.name, run.state)}
 
 
 def _calibration_report(strategy, calibrations, drift):

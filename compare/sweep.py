@@ -29,7 +29,8 @@ def _point(report, n_devices):
   for name, run in report["runs"].items():
     runs[name] = {key: run.get(key) for key in (
         "examples_per_s", "examples_per_s_spread", "compile_s",
-        "all_reduce_bytes", "achieved_gflops", "state_digest")}
+        "all_reduce_bytes", "collective_bytes_per_step", "achieved_gflops",
+        "state_digest")}
   return {"devices": n_devices, "runs": runs, "verdict": report["verdict"]}
 
 
@@ -45,24 +46,35 @@ def run(strategy, config, data, device_counts, windows: int,
   return {"sweep": points, "verdict": overall}
 
 
+def gathered_and_scattered(run: dict) -> int:
+  """Bytes one step all-gathers plus reduce-scatters (unsharded sizes)."""
+  sizes = run.get("collective_bytes_per_step") or {}
+  return sizes.get("all-gather", 0) + sizes.get("reduce-scatter", 0)
+
+
+def collective_bytes(run: dict) -> int:
+  """Bytes one step all-reduces, all-gathers and reduce-scatters."""
+  return (run.get("all_reduce_bytes") or 0) + gathered_and_scattered(run)
+
+
 def table(result: dict) -> list[str]:
   """One line per device count and run."""
-  head = (f"{'devices':>7} {'run':<12} {'examples/s':>11} {'compile s':>9} "
-          f"{'all-reduce B/step':>17} verdict")
+  head = (f"{'devices':>7} {'run':<13} {'examples/s':>11} {'compile s':>9} "
+          f"{'all-reduce B/step':>17} {'gather+scatter B/step':>21} verdict")
   lines = [head, "-" * len(head)]
   for point in result["sweep"]:
     for name, run in point["runs"].items():
       rate = run["examples_per_s"]
       lines.append(
-          f"{point['devices']:>7} {name:<12} "
+          f"{point['devices']:>7} {name:<13} "
           f"{'-' if rate is None else f'{rate:.0f}':>11} "
           f"{run['compile_s']:>9.2f} {run.get('all_reduce_bytes') or 0:>17} "
-          f"{point['verdict']}")
+          f"{gathered_and_scattered(run):>21} {point['verdict']}")
   return lines
 
 
 def plot(result: dict, path: str) -> None:
-  """Examples/s and all-reduced bytes per step against the device count."""
+  """Examples/s and collective bytes per step against the device count."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -74,13 +86,14 @@ def plot(result: dict, path: str) -> None:
     rates = [p["runs"].get(name, {}).get("examples_per_s") for p in
              result["sweep"]]
     speed.plot(counts, rates, "o-", label=name)
-    sizes = [p["runs"].get(name, {}).get("all_reduce_bytes") for p in
-             result["sweep"]]
+    sizes = [collective_bytes(p["runs"][name]) if name in p["runs"] else None
+             for p in result["sweep"]]
     collective.plot(counts, sizes, "o-", label=name)
   speed.set(xscale="log", xlabel="devices", ylabel="examples/s",
             title="throughput (emulated devices share the host's cores)")
   collective.set(xscale="log", xlabel="devices",
-                 ylabel="all-reduced bytes per step", title="collectives")
+                 ylabel="bytes per step (all-reduce + all-gather + "
+                 "reduce-scatter)", title="collectives")
   for axis in (speed, collective):
     axis.set_xticks(counts, [str(c) for c in counts])
     axis.minorticks_off()  # the log axis's minor labels read "3x10^0"

@@ -13,14 +13,17 @@ Under pmap each leaf is stacked `[N, *shard]`; the shard's own shape does not
 say which axis was split (a (3,) shard of a (24,) leaf looks like a
 replicated (3,) leaf), so the layout is recorded, by leaf path and stacked
 shape, when a state is made or restored here (`_AXES`), and read back by
-`to_host` and the checkpoint layout. One process (the step itself is
-multi-process ready; the host layout reads this process's rows only).
+`to_host` and the checkpoint layout. With many processes each holds the
+rows of its own devices (pmap's host-local arrays) of a leaf split over
+every process's devices; `to_host` joins the processes' rows
+(`multihost_utils.process_allgather`) in pmap's process-after-process order.
 """
 
 import functools
 
 import jax
 from jax import lax
+from jax.experimental import multihost_utils
 import numpy as np
 
 from legacy_pmap import devices
@@ -38,12 +41,13 @@ make_placement = devices.placement
 _AXES = {}
 
 
-def _record(full_tree, stacked_tree):
+def _record(full_tree, stacked_tree, n):
+  """Records each leaf's split axis over `n` devices (every process's)."""
   for (path, full), stacked in zip(
       jax.tree_util.tree_leaves_with_path(full_tree),
       jax.tree.leaves(stacked_tree)):
     _AXES[jax.tree_util.keystr(path), tuple(stacked.shape)] = fsdp.shard_axis(
-        np.shape(full), stacked.shape[0])
+        np.shape(full), n)
 
 
 def _axis(path, stacked_shape):
@@ -81,8 +85,13 @@ def _place(full_tree, where):
   n = len(where)
   stacked = jax.tree.map(lambda x: _put(_split(
       x, n, fsdp.shard_axis(np.shape(x), n)), where), full_tree)
-  _record(_canonical_or_tree(full_tree), _canonical_or_tree(stacked))
+  _record(_canonical_or_tree(full_tree), _canonical_or_tree(stacked), n)
   return stacked
+
+
+def _global_count(local_rows):
+  """Devices over every process, from this process's rows of a leaf."""
+  return local_rows * jax.process_count()
 
 
 def _canonical_or_tree(tree):
@@ -141,8 +150,11 @@ def make_evaluate(config, placement):
 def _unsharded(tree):
   """Host copy of a stacked tree, every leaf whole (its shards joined)."""
   host = jax.device_get(tree)
-  return jax.tree_util.tree_map_with_path(
-      lambda p, x: _join(x, _axis(p, np.shape(x))), host)
+  axes = jax.tree_util.tree_map_with_path(
+      lambda p, x: _axis(p, np.shape(x)), host)
+  if jax.process_count() > 1:  # every process's rows, in pmap's order
+    host = multihost_utils.process_allgather(host, tiled=True)
+  return jax.tree.map(_join, host, axes)
 
 
 def to_host(state):
@@ -169,7 +181,7 @@ class Checkpoints:
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
 
     def target(path, x):
-      n, shard = x.shape[0], list(x.shape[1:])
+      n, shard = _global_count(x.shape[0]), list(x.shape[1:])
       axis = _axis(path, x.shape)
       if axis != fsdp.REPLICATED:
         shard[axis] *= n
@@ -178,14 +190,17 @@ class Checkpoints:
 
   @staticmethod
   def from_checkpoint(tree, like):
+    n = _global_count(jax.tree.leaves(like)[0].shape[0])
+
     def place(x, l):
-      n = l.shape[0]
-      axis = fsdp.shard_axis(np.shape(x), n)
-      mesh = l.sharding.mesh
-      sharding = jax.sharding.NamedSharding(mesh, jax.P(devices.AXIS))
-      return jax.device_put(_split(jax.device_get(x), n, axis), sharding)
+      local = l.shape[0]
+      pieces = _split(jax.device_get(x), n, fsdp.shard_axis(np.shape(x), n))
+      mine = pieces[jax.process_index() * local:][:local]
+      sharding = jax.sharding.NamedSharding(l.sharding.mesh, jax.P(
+          devices.AXIS))
+      return jax.device_put(np.ascontiguousarray(mine), sharding)
     placed = jax.tree.map(place, tree, like)
-    _record(jax.device_get(tree), placed)
+    _record(jax.device_get(tree), placed, n)
     return placed
 
 

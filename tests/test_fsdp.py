@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 from compare import cli
+from compare import hlo
 from compare.strategies import fsdp as strategy_module
 from sharded import data_parallel as port_dp
 from tests import helpers
+from workloads import batches
 from training import checkpoints
 from workloads import configs
 
@@ -91,9 +93,37 @@ def test_the_host_layout_and_checkpoint_are_data_parallels(name, digits):
       module.CHECKPOINTS.to_checkpoint(back))), jax.tree.map(np.asarray, saved))
 
 
+def _collective_bytes(module, variant, digits):
+  placement = module.make_placement(8)
+  state = module.create_state(0, CONFIG, placement)
+  batch = module.put_batch(next(batches.train_batches(
+      digits, 0, CONFIG.global_batch, 1)), placement)
+  step = module.make_train_step(CONFIG, placement, variant)
+  return hlo.executed(step.lower(state, batch).compile().as_text(
+      )).collective_bytes
+
+
+def test_shard_map_gathers_and_scatters_what_data_parallel_all_reduces(
+    digits):
+  params = sum(x.nbytes for x in jax.tree.leaves(
+      port_dp.to_host(port_dp.create_state(
+          0, CONFIG, port_dp.make_placement(8)))["params"]))
+  fsdp_bytes = _collective_bytes(RUNS["shard_map"].module, "shard_map",
+                                 digits)
+  dp_bytes = _collective_bytes(port_dp, "shard_map", digits)
+  # Every split parameter is gathered once and its gradient scattered once,
+  # where data_parallel all-reduces every gradient. A leaf no axis of which
+  # divides by 8 (the last bias, 10 floats) stays replicated and all-reduced,
+  # as is the loss's pmean (4 bytes).
+  assert fsdp_bytes["all-gather"] == fsdp_bytes["reduce-scatter"]
+  assert dp_bytes["all-reduce"] == params + 4
+  assert (fsdp_bytes["reduce-scatter"] + fsdp_bytes["all-reduce"] ==
+          dp_bytes["all-reduce"])
+  assert fsdp_bytes["all-reduce"] == 10 * 4 + 4
+  assert dp_bytes["all-gather"] == dp_bytes["reduce-scatter"] == 0
+
+
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
-  if "fsdp" not in __import__("compare.strategies").strategies.STRATEGIES:
-    pytest.skip("fsdp not registered")
   code = cli.main(["--strategy", "fsdp", "--batch-size", "30", "--json",
                    str(tmp_path / "r.json")])
   err = capsys.readouterr().err

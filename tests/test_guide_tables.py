@@ -102,13 +102,15 @@ def test_ensemble_runs_table_gives_each_run_and_the_median(tmp_path):
 def test_sweep_table_has_every_point_and_its_curve(tmp_path):
   point = {"devices": 2, "verdict": "pass", "runs": {"pmap": {
       "examples_per_s": 500.0, "examples_per_s_spread": [450.0, 550.0],
-      "compile_s": 1.25, "all_reduce_bytes": 2048}}}
+      "compile_s": 1.25, "all_reduce_bytes": 2048,
+      "collective_bytes_per_step": {"all-gather": 1024,
+                                    "reduce-scatter": 512}}}}
   _write(tmp_path, "sweep", {"strategies": {
       "data_parallel": {"exit": 0, "command": "python -m compare --sweep",
                         "plot": "sweep_data_parallel.png", "sweep": [point]},
       "ensemble": {"exit": 3}}})
   text = scaling.sweep_table(tmp_path)
-  assert "| 2 | pmap | 500 | 450–550 | 1.25 | 2.0 | pass |" in text
+  assert "| 2 | pmap | 500 | 450–550 | 1.25 | 2.0 | 1.5 | pass |" in text
   assert "(measured/sweep_data_parallel.png)" in text
   assert "**ensemble**: the sweep failed (exit 3)" in text
 

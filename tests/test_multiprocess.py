@@ -33,6 +33,11 @@ STRATEGIES = {
     "ensemble": ["--members", "8", "--steps", "2", "--batch-size", "16"],
     "accumulation": ["--workload", "linreg", "--accum-steps", "2",
                      "--steps", "3", "--batch-size", "32"],
+    # The CNN: linreg's leaves are too small to split over 8 devices.
+    "fsdp": ["--steps", "2", "--batch-size", "32"],
+    # A 2 members x 4 data mesh over 2 processes' devices. No pmap run on
+    # jax 0.10 (nested pmap raises).
+    "ensemble_data": ["--members", "2", "--steps", "2", "--batch-size", "16"],
 }
 TRAIN = ["--strategy", "data_parallel", "--workload", "linreg",
          "--batch-size", "32", "--checkpoint-every", "2", "--eval-every", "2"]
@@ -108,8 +113,11 @@ def test_two_processes_end_as_one(strategy, tmp_path):
   for name, run in baseline["runs"].items():
     assert run["same_state_digest"], name
     assert run["examples_per_s"] and run["baseline_examples_per_s"], name
-  assert (report["runs"]["pmap"]["state_digest"]
-          == report["runs"]["shard_map"]["state_digest"])
+  if "pmap" in report["runs"]:
+    assert (report["runs"]["pmap"]["state_digest"]
+            == report["runs"]["shard_map"]["state_digest"])
+  else:
+    assert strategy == "ensemble_data", report["skipped_runs"]
   # Printed once, by process 0, with the comparison under it.
   assert done.stdout.count("verdict: pass") == 1
   assert "against 1 process x 8 devices" in done.stdout

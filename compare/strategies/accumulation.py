@@ -50,8 +50,9 @@ class Accumulation(AccumulationProgram, Strategy):
             "accum_loop": config.accum_loop,
             "calls_per_step": self.calls_per_step(config)}
 
-  def run_fields(self, config, name):
+  def run_fields(self, config, name, state):
     """Each run's microbatch loop; None for the runs that do not accumulate."""
+    del state
     accumulates = name in ACCUMULATING_RUNS
     return {"accum_loop": config.accum_loop if accumulates else None}
 

@@ -169,9 +169,10 @@ class Strategy(Program):
     del config
     return {}
 
-  def run_fields(self, config, name: str) -> dict:
-    """Fields added to one run's entry in the JSON."""
-    del config, name
+  def run_fields(self, config, name: str, state) -> dict:
+    """Fields added to one run's entry in the JSON; `state` is the run's
+    final train state, on its devices."""
+    del config, name, state
     return {}
 
   def report_lines(self, report: dict) -> list[str]:

@@ -1,16 +1,22 @@
 """fsdp: pmap, shard_map and jit with the train state sharded over the
-devices, against data_parallel's single-device reference.
+devices, against data_parallel's single-device reference and data_parallel's
+own shard_map port on the same batches.
 
-Reported beside the verdict: each run's bytes of params + optimiser state on
-one device (its addressable shards), against data_parallel's replicated
-state (target: at most 1/N + 10%), and the all-gather / reduce-scatter
-counts from the compiled HLO (`compare.hlo`, in each run's entry).
+Reported beside the verdict, all from the same run: each run's bytes of
+params + optimiser state on one device (its addressable shards), against the
+data_parallel run's replicated state (target: at most 1/N + 10%); the bytes
+each step all-gathers and reduce-scatters against the data_parallel run's
+all-reduce (`compare.hlo`, in each run's entry); and examples/s against the
+data_parallel run, window by window.
 """
+
+import math
 
 import jax
 from jax import lax
 
 from compare import negative_controls as controls
+from compare import report as report_module
 from compare.reference import data_parallel as reference
 from compare.strategies.base import NegativeControl
 from compare.strategies.base import RunSpec
@@ -18,11 +24,13 @@ from compare.strategies.base import Strategy
 from compare.strategies.data_parallel import FINAL
 from compare.tolerances import Tolerance
 from legacy_pmap import fsdp as legacy
+from sharded import data_parallel as replicated
 from sharded import fsdp as port
 from training.programs.fsdp import FsdpProgram
 from workloads import registry
 
 MEMORY_TARGET = 0.10  # per-device state <= (1/N + 10%) of the replicated
+BASELINE = "data_parallel"  # the run with the replicated state
 
 
 def wrong_shard(module, run):
@@ -51,11 +59,16 @@ def wrong_shard(module, run):
 
 
 def state_bytes_per_device(state) -> dict:
-  """Bytes of params + optimiser state on each device (addressable shards)."""
+  """Bytes of params + optimiser state on each of this process's devices.
+
+  Read from each leaf's sharding (the shard shape it puts on each device),
+  so a state whose buffers were donated to a later step still answers.
+  """
   per = {}
   for leaf in jax.tree.leaves((state.params, state.opt_state)):
-    for shard in leaf.addressable_shards:
-      per[shard.device.id] = per.get(shard.device.id, 0) + shard.data.nbytes
+    shard = math.prod(leaf.sharding.shard_shape(leaf.shape))
+    for device in leaf.sharding.addressable_devices:
+      per[device.id] = per.get(device.id, 0) + shard * leaf.dtype.itemsize
   return per
 
 
@@ -72,9 +85,11 @@ class Fsdp(FsdpProgram, Strategy):
   runs = (RunSpec("pmap", legacy, "pmap"),
           RunSpec("shard_map", port, "shard_map"),
           RunSpec("jit", port, "jit"),
+          RunSpec(BASELINE, replicated, "shard_map"),
           RunSpec("reference", reference, "reference"))
   pairs = (("pmap", "shard_map"), ("pmap", "reference"),
-           ("shard_map", "reference"), ("jit", "reference"))
+           ("shard_map", "reference"), ("jit", "reference"),
+           ("shard_map", BASELINE), (BASELINE, "reference"))
   tolerances = {
       "first_step": Tolerance(rtol=1e-5, atol=1e-5, reason=(
           "As for data_parallel: the gradient is the mean of N devices' "
@@ -95,41 +110,48 @@ class Fsdp(FsdpProgram, Strategy):
       *controls.late_controls(),
   )
 
-  _n_devices = None
-
-  def active_runs(self, config, n_devices):
-    # Kept for `run_fields`, which measures each run's state on them.
-    self._n_devices = n_devices
-    return super().active_runs(config, n_devices)
-
-  def run_fields(self, config, name):
-    """Bytes of params + optimiser state on the fullest device, a fresh
-    state of this run on the run's devices, and data_parallel's."""
-    if self._n_devices is None:
+  def run_fields(self, config, name, state):
+    """Bytes of params + optimiser state on the fullest of this process's
+    devices, in the run's final state."""
+    del config
+    if name == "reference":
       return {}
-    module = {run.name: run.module for run in self.runs}[name]
-    state = module.create_state(config.seed, config,
-                                module.make_placement(self._n_devices))
     return {"state_bytes_per_device": max(
-        state_bytes_per_device(state).values()),
-            "replicated_state_bytes": replicated_bytes(config)}
+        state_bytes_per_device(state).values())}
 
   def report_lines(self, report):
-    lines = []
-    n = report["devices"]
-    for name, run in report["runs"].items():
-      mine, full = (run.get("state_bytes_per_device"),
-                    run.get("replicated_state_bytes"))
-      if not mine or name == "reference":
+    runs, n = report["runs"], report["devices"]
+    base = runs.get(BASELINE, {})
+    full = base.get("state_bytes_per_device")
+    lines = [_collectives_line(BASELINE, base)] if base else []
+    for name, run in runs.items():
+      mine = run.get("state_bytes_per_device")
+      if not mine or not full or name in (BASELINE, "reference"):
         continue
       ratio = mine / full
       ok = ratio <= 1 / n + MEMORY_TARGET
-      counts = run.get("collectives_per_step") or {}
       lines.append(
-          f"{name:<10} params+opt state per device {mine} B = {ratio:.3f}x "
-          f"data_parallel's {full} B (target <= 1/{n} + 10% = "
-          f"{1 / n + MEMORY_TARGET:.3f}: {'met' if ok else 'NOT met'}); "
-          f"all-gather {counts.get('all-gather', '?')}, reduce-scatter "
-          f"{counts.get('reduce-scatter', '?')}, all-reduce "
-          f"{counts.get('all-reduce', '?')} per step")
+          f"{name:<13} params+opt state per device {mine} B = {ratio:.3f}x "
+          f"{BASELINE}'s {full} B (target <= 1/{n} + 10% = "
+          f"{1 / n + MEMORY_TARGET:.3f}: {'met' if ok else 'NOT met'})")
+      lines.append(_collectives_line(name, run))
+      speed = report_module.throughput_ratio(
+          {**report, "throughput_pair": (BASELINE, name)})
+      if speed:
+        lines.append(
+            f"{'':<13} examples/s over {BASELINE}'s, window by window: "
+            f"median {speed['median']:.3f}, quartiles "
+            f"{speed['quartiles'][0]:.3f}-{speed['quartiles'][1]:.3f}")
     return lines
+
+
+def _collectives_line(name, run):
+  """What one step of `run` all-gathers, reduce-scatters and all-reduces."""
+  counts = run.get("collectives_per_step") or {}
+  sizes = run.get("collective_bytes_per_step") or {}
+  parts = [f"{op} {counts.get(op, 0)} x = {sizes.get(op, 0) / 1024:.1f} KiB"
+           for op in ("all-gather", "reduce-scatter", "all-reduce")]
+  total = sum(sizes.get(op, 0) for op in
+              ("all-gather", "reduce-scatter", "all-reduce")) / 1024
+  return (f"{name:<13} per step: {', '.join(parts)} (unsharded sizes; "
+          f"{total:.1f} KiB in all)")

@@ -8,6 +8,7 @@
   `bench/ensemble_runs.py`).
 """
 
+from compare import sweep
 from docs.guide.jobs import load
 from docs.guide.jobs import measured_note
 from docs.guide.tables import markdown_table
@@ -21,6 +22,7 @@ def _sweep_rows(entry):
       rows.append([str(point["devices"]), name, f"{rate:.0f}",
                    f"{lo:.0f}–{hi:.0f}", f"{run['compile_s']:.2f}",
                    f"{(run.get('all_reduce_bytes') or 0) / 1024:.1f}",
+                   f"{sweep.gathered_and_scattered(run) / 1024:.1f}",
                    point["verdict"]])
   return rows
 
@@ -36,9 +38,10 @@ def sweep_table(root):
       continue
     table = markdown_table(
         ["devices", "run", "examples/s", "spread", "compile s",
-         "all-reduced KiB per step", "verdict"], _sweep_rows(entry))
+         "all-reduced KiB per step", "all-gathered + reduce-scattered KiB",
+         "verdict"], _sweep_rows(entry))
     blocks.append(f"**{strategy}** (`{entry['command']}`):\n\n{table}\n\n"
-                  f"![{strategy}: examples/s and all-reduced bytes against "
+                  f"![{strategy}: examples/s and collective bytes against "
                   f"the device count](measured/{entry['plot']})")
   return "\n\n".join(blocks)
 
