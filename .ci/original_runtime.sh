@@ -59,6 +59,8 @@ part "compare accumulation" python -m compare --strategy accumulation \
 part "compare ensemble_data (the nested pmap)" python -m compare \
   --strategy ensemble_data --epochs 1 --windows 2 \
   --json "$out/ensemble_data.json"
+part "compare fsdp (the hand-written collectives)" python -m compare \
+  --strategy fsdp --steps 3 --windows 2 --json "$out/fsdp.json"
 part "compare --program (a team's port)" python -m compare \
   --program examples.resnet.prove:port --steps 5 --windows 2 \
   --json "$out/program.json"

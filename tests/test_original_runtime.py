@@ -30,12 +30,15 @@ RUNS = {
     # The nested pmap, which only this runtime runs (jax 0.10 refuses it).
     "ensemble_data": ["--strategy", "ensemble_data", "--epochs", "1"],
     "accumulation": ["--strategy", "accumulation", "--steps", "3"],
+    # pmap with hand-written all-gathers and reduce-scatters.
+    "fsdp": ["--strategy", "fsdp", "--steps", "3"],
     "data_parallel_late": ["--strategy", "data_parallel", "--steps", "3",
                            "--negative-control", "update-1pct-at:2"],
     # A team's own program (examples/resnet) through `--program`.
     "program": ["--program", "examples.resnet.prove:port", "--steps", "5"],
 }
-STRATEGIES = ("accumulation", "data_parallel", "ensemble", "ensemble_data")
+STRATEGIES = ("accumulation", "data_parallel", "ensemble", "ensemble_data",
+              "fsdp")
 
 
 def test_this_process_runs_the_original_runtime():
