@@ -28,8 +28,10 @@ from training import dispatch
 from compare import strategies
 from compare.reference import data_parallel as reference
 from legacy_pmap import data_parallel as legacy_dp
+from legacy_pmap import fsdp as legacy_fsdp
 from legacy_pmap import train as legacy_train
 from sharded import data_parallel as sharded_dp
+from sharded import fsdp as sharded_fsdp
 from sharded import train as sharded_train
 from tests import checkpoint_files
 from workloads import batches
@@ -38,7 +40,8 @@ from workloads import digest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROGRAMS = {"legacy_pmap": legacy_train, "sharded": sharded_train}
 OPTIONS = {"data_parallel": {}, "ensemble": {"members": 8},
-           "accumulation": {"accum_loop": "multisteps", "accum_steps": 2}}
+           "accumulation": {"accum_loop": "multisteps", "accum_steps": 2},
+           "fsdp": {}}
 EXTRA = {strategy: [arg for name, value in options.items()
                     for arg in (f"--{name.replace('_', '-')}", str(value))]
          for strategy, options in OPTIONS.items()}
@@ -126,7 +129,7 @@ def _nudged_continuation(backend, strategy, source, data):
 
 
 @pytest.mark.parametrize("strategy", ["data_parallel", "ensemble",
-                                      "accumulation"])
+                                      "accumulation", "fsdp"])
 def test_a_job_moves_between_backends_bitwise(strategy, finished, tmp_path,
                                               digits, capsys):
   legacy, port = (finished(b, strategy) for b in ("legacy_pmap", "sharded"))
@@ -145,6 +148,39 @@ def test_a_job_moves_between_backends_bitwise(strategy, finished, tmp_path,
   # Negative control: the same continuation from a state 1e-6 off differs.
   assert _nudged_continuation("sharded", strategy, legacy,
                               digits) != _digest(legacy)
+
+
+def test_a_data_parallel_job_goes_on_as_fsdp_and_back(finished, tmp_path,
+                                                      capsys):
+  # fsdp's shard_map step is data_parallel's, bit for bit, on one process:
+  # a job moved between the two ends with the same digest either way.
+  dp, fsdp = (finished("sharded", s) for s in ("data_parallel", "fsdp"))
+  assert _digest(dp) == _digest(fsdp)
+  for source, target in ((dp, "fsdp"), (fsdp, "data_parallel")):
+    workdir = _stopped_at(source, 2, tmp_path / target)
+    capsys.readouterr()
+    result = _train("sharded", target, workdir)
+    assert "resumed from step 2 (" in capsys.readouterr().out
+    assert result["state_digest"] == _digest(dp)
+  # Another strategy's checkpoint is still refused.
+  workdir = _stopped_at(fsdp, 2, tmp_path / "ensemble")
+  assert sharded_train.main(_argv("ensemble", workdir)) == 2
+  assert "strategy 'fsdp' there" in capsys.readouterr().err
+
+
+def test_an_fsdp_checkpoint_restores_on_4_devices_with_its_digest(
+    finished, digits):
+  source = finished("legacy_pmap", "fsdp") / "checkpoints"
+  config = _config("fsdp", digits)
+  digests = []
+  for module, n in ((legacy_fsdp, 8), (sharded_fsdp, 4), (sharded_fsdp, 2)):
+    state, _ = handover.resume_into(module, module.make_placement(n), config,
+                                    source, step=2, strategy="fsdp")
+    digests.append(digest.state_digest(module.to_host(state)))
+    if n < 8:  # split over n devices: 1/n of each split leaf on each
+      leaf = state.params["Conv_0"]["kernel"]
+      assert leaf.addressable_shards[0].data.size == leaf.size // n
+  assert len(set(digests)) == 1, digests
 
 
 def test_metrics_log_one_line_per_evaluation_after_resume(finished,

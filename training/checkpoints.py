@@ -112,9 +112,14 @@ def open_manager(directory, max_to_keep=None,
                                item_handlers=handlers)
 
 
-def run_record(strategy: str, config, backend: str, n_devices: int) -> dict:
-  """What a checkpoint says about the run that wrote it (JSON-ready)."""
-  return {"strategy": strategy,
+def run_record(strategy: str, config, backend: str, n_devices: int,
+               restores: tuple[str, ...] = ()) -> dict:
+  """What a checkpoint says about the run that wrote it (JSON-ready).
+
+  `restores`: other strategies whose checkpoints this run resumes (kept in
+  the run's own record, for `check_same_run`).
+  """
+  return {"strategy": strategy, "restores": list(restores),
           "config": json.loads(json.dumps(dataclasses.asdict(config))),
           "backend": backend, "devices": n_devices,
           "processes": jax.process_count()}
@@ -122,7 +127,10 @@ def run_record(strategy: str, config, backend: str, n_devices: int) -> dict:
 
 def check_same_run(saved: dict, current: dict, step: int) -> None:
   """Raises CheckpointError naming the first setting that differs."""
-  pairs = [("strategy", saved.get("strategy"), current["strategy"])]
+  strategy = saved.get("strategy")
+  if strategy in current.get("restores", ()):
+    strategy = current["strategy"]  # the same state in the same layout
+  pairs = [("strategy", strategy, current["strategy"])]
   # In the config's own order (workload first), then fields only saved.
   fields = [*current["config"],
             *(k for k in saved["config"] if k not in current["config"])]

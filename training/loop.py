@@ -127,7 +127,8 @@ def prepare(backend: str, program, config, workdir: str, *, data,
       backend, program, config, data, n_devices, workdir, schedule, module,
       placement, checkpoints.Layout.of(module, calls),
       checkpoints.run_record(program.name, config, module.BACKEND,
-                             run_metrics.global_devices(n_devices)),
+                             run_metrics.global_devices(n_devices),
+                             program.restores),
       schedule.eval_every or program.eval_every(config,
                                                 len(data.train_inputs)))
   _peek_newest(job)

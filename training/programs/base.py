@@ -32,6 +32,8 @@ class Program:
     loss_depends_on_devices: whether a step's loss normalisation follows the
       device count (the classic loss sums over each device's batch), so that
       a state moved to another device count continues differently.
+    restores: other programs whose checkpoints this one resumes: the same
+      state, saved in the same layout (whole leaves).
   """
 
   name: ClassVar[str] = ""
@@ -40,6 +42,7 @@ class Program:
   defaults: ClassVar[dict] = {}
   workloads: ClassVar[tuple[str, ...]] = tuple(registry.WORKLOADS)
   loss_depends_on_devices: ClassVar[bool] = True
+  restores: ClassVar[tuple[str, ...]] = ()
 
   # --- configuration and validation -------------------------------------
 

@@ -12,3 +12,5 @@ class DataParallelProgram(Program):
   # (docs/measured/data_parallel.json). The loss is the classic one (summed per
   # device, averaged over devices), SGD with momentum.
   defaults = {"steps": 200, "global_batch": 128, "learning_rate": 0.004}
+  # fsdp saves the same state as whole leaves: a job goes on either way.
+  restores = ("fsdp",)

@@ -10,3 +10,4 @@ class FsdpProgram(DataParallelProgram):
 
   name = "fsdp"
   program = "fsdp"
+  restores = ("data_parallel",)
