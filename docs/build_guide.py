@@ -24,6 +24,7 @@ on its line):
     <!-- diff: PATH#TAG PATH#TAG -->   legacy vs sharded, changed lines marked
     <!-- diff: PATH::NAME PATH::NAME -->  the same for two defs or classes
     <!-- table: measured -->           each strategy's report (docs/measured)
+    <!-- table: measured NAME -->      strategy NAME's alone
     <!-- table: tolerances -->         each strategy's tolerances and reasons
     <!-- table: errors -->             the index of error messages
     <!-- table: dispatch -->           time per call of a small step
@@ -167,6 +168,9 @@ def _directive(root, kind, args):
     return _SOURCES, []
   if kind == "toc":
     return _TOC, []
+  if kind == "table" and args.startswith("measured "):
+    name = args.split(maxsplit=1)[1]
+    return tables.measured_one(root, name), []  # the block links its file
   if kind == "table" and args in _TABLES:
     text = _TABLES[args](root)
     reads = _TABLE_READS.get(args, lambda _: [])(root)

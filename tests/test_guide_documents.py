@@ -208,7 +208,7 @@ def test_a_link_to_the_other_documents_anchor_must_name_it(copy):
 
 
 def test_a_link_to_a_pages_anchor_is_checked_in_that_page(copy):
-  (page, output), (other, _) = PAGES
+  (page, output), (other, _) = PAGES[:2]
   append(copy / page, "## <a id=\"page-only\"></a>Page only\n\nText.")
   append(copy / APPENDIX_TEMPLATE, "See [it](#page-only).")
   append(copy / other, "See [it](#many-processes-in-depth).")
@@ -286,8 +286,13 @@ def test_a_page_is_a_document_of_its_own(template, output):
 
 
 def test_the_pages_show_their_measured_tables():
-  (_, many_hosts), (_, moving) = PAGES
-  many_hosts, moving = ((ROOT / o).read_text() for o in (many_hosts, moving))
+  (_, many_hosts), (_, moving), (_, beyond) = PAGES
+  many_hosts, moving, beyond = ((ROOT / o).read_text()
+                                for o in (many_hosts, moving, beyond))
+  for strategy in ("ensemble_data", "fsdp"):  # each with its own lines
+    assert f"(measured/{strategy}.json)" in beyond
+  assert "params+opt state per device" in beyond
+  assert "mesh: 2 members x 4 data devices" in beyond
   assert "(measured/many_hosts.json)" in many_hosts
   assert "| strategy | run | 2 × 4 examples/s |" in many_hosts
   assert moving.count("(measured/handover.json)") == 2  # proof and cost
@@ -298,7 +303,7 @@ def test_the_appendix_summarises_each_page_and_links_to_it():
   template = (ROOT / APPENDIX_TEMPLATE).read_text()
   body = template.split('<a id="many-hosts-in-depth"></a>', 1)[1]
   body = re.split(r"^## ", body, maxsplit=1, flags=re.M)[0]
-  assert len(body.strip().splitlines()) <= 25
+  assert len(body.strip().splitlines()) <= 35  # three pages, a few lines each
   appendix = (ROOT / APPENDIX).read_text()
   core = (ROOT / guide.OUTPUT).read_text()
   for anchor, (_, output) in zip(("many-processes-in-depth",
@@ -306,6 +311,9 @@ def test_the_appendix_summarises_each_page_and_links_to_it():
     section = section_of(appendix, anchor)
     assert f"]({output.rsplit('/', 1)[1]})" in section, anchor
     assert f"(APPENDIX.md#{anchor})" in core  # what the core links to
+  beyond = PAGES[2][1].rsplit("/", 1)[1]
+  assert f"]({beyond})" in section_of(appendix, "beyond-one-axis")
+  assert f"]({beyond})" in section_of(core, "nested-pmap")
   assert section_of(appendix, "many-hosts-in-depth").strip()
 
 

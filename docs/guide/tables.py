@@ -2,7 +2,9 @@
 
 - `<!-- table: measured -->`: each strategy's `python -m compare` report, in
   the registry's order, rendered by compare's own report functions
-  (`compare.report`), plus the throughput sentence from its windows.
+  (`compare.report`, and the strategy's own `report_lines`), plus the
+  throughput sentence from its windows. `<!-- table: measured NAME -->`:
+  strategy NAME's alone.
 - `<!-- table: tolerances -->`: each strategy's tolerances and reasons.
 - `<!-- table: errors -->`: the index of error messages.
 - `<!-- table: dispatch -->`: time per call of a small step.
@@ -131,9 +133,28 @@ def report_block(name, report):
   sentence = throughput_sentence(report)
   if sentence:
     out += ["", sentence]
-  out += ["", "```text", *verdicts, f"verdict: {report.get('verdict', '?')}",
-          "```"]
+  out += ["", "```text", *_strategy_lines(name, report), *verdicts,
+          f"verdict: {report.get('verdict', '?')}", "```"]
   return "\n".join(out)
+
+
+def _strategy_lines(name, report):
+  """What only this strategy prints (fsdp's memory and collective bytes)."""
+  try:
+    return strategies()[name].report_lines(report)
+  except (KeyError, TypeError, ValueError):
+    return []
+
+
+def measured_one(root, name):
+  """One strategy's measured report (`<!-- table: measured NAME -->`)."""
+  if name not in strategies():
+    raise GuideError(f"table: measured {name}: no such strategy (choose "
+                     f"from {', '.join(strategies())})")
+  if not (root / MEASURED / f"{name}.json").is_file():
+    raise GuideError(f"table: measured {name}: no {MEASURED}/{name}.json: "
+                     f"run `python -m docs.build_guide --measure {name}`")
+  return measured_table(root, {name: None})
 
 
 def measured_table(root, registry=None):
