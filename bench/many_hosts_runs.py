@@ -19,10 +19,12 @@ import tempfile
 
 from bench import run_record
 
-STRATEGIES = ("data_parallel", "ensemble", "accumulation")
+STRATEGIES = ("data_parallel", "ensemble", "accumulation", "ensemble_data",
+              "fsdp")
 STEPS = "5"
 # More windows where a window is short: data_parallel's step is the fastest.
-WINDOWS = {"data_parallel": "10", "ensemble": "5", "accumulation": "5"}
+WINDOWS = {"data_parallel": "10", "ensemble": "5", "accumulation": "5",
+           "ensemble_data": "5", "fsdp": "5"}
 
 
 def argv_for(strategy, json_path, processes):
