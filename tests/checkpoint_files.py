@@ -16,6 +16,7 @@ import orbax.checkpoint as ocp
 from legacy_pmap import data_parallel as legacy_dp
 from sharded import data_parallel
 from training import checkpoints
+from training import run_records
 from training import handover
 
 
@@ -39,7 +40,7 @@ def classic(source, into, config, tweak=None):
                                     "opt_state": state.opt_state})
   if tweak:
     tweak(stacked)
-  write_step(into / "checkpoints", 2, stacked, checkpoints.run_record(
+  write_step(into / "checkpoints", 2, stacked, run_records.run_record(
       "data_parallel", config, "legacy_pmap", 8))
   return into
 
@@ -96,7 +97,7 @@ def another_structure(step_dir, config):
   """One array fewer, under a record that still says this run (the same
   strategy, config and seed) and holds no digest."""
   _rewritten(step_dir, config, lambda dense: dense.pop("bias"),
-             checkpoints.run_record("data_parallel", config, "sharded", 8))
+             run_records.run_record("data_parallel", config, "sharded", 8))
 
 
 def other_values(step_dir, config):

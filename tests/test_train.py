@@ -1,16 +1,13 @@
 """The training programs: resume, moving a job between backends, faults.
 
-Runs are short (4 steps, a checkpoint every 2) and mostly in-process through
-`main(argv)`; each backend's and strategy's uninterrupted run is made once
-(`finished`) and its step-2 checkpoint stands in for a job stopped there.
-The persistent compilation cache lets the many runs of one program compile
-it once.
+The jobs are `tests.training_jobs`' short runs: each backend's and
+strategy's uninterrupted run is made once (`finished`) and its step-2
+checkpoint stands in for a job stopped there.
 """
 
 import importlib
 import json
 import os
-import pathlib
 import shutil
 import signal
 import subprocess
@@ -18,7 +15,6 @@ import sys
 import time
 
 import jax
-from jax.experimental.compilation_cache import compilation_cache
 import numpy as np
 import pytest
 
@@ -28,90 +24,25 @@ from training import dispatch
 from compare import strategies
 from compare.reference import data_parallel as reference
 from legacy_pmap import data_parallel as legacy_dp
-from legacy_pmap import fsdp as legacy_fsdp
 from legacy_pmap import train as legacy_train
 from sharded import data_parallel as sharded_dp
-from sharded import fsdp as sharded_fsdp
 from sharded import train as sharded_train
 from tests import checkpoint_files
+from tests.training_jobs import ROOT
+from tests.training_jobs import argv_for
+from tests.training_jobs import compile_once  # pylint: disable=unused-import (autouse)
+from tests.training_jobs import config_for
+from tests.training_jobs import digest_of
+from tests.training_jobs import finished  # pylint: disable=unused-import (a fixture)
+from tests.training_jobs import stopped_at
+from tests.training_jobs import train_job
 from workloads import batches
 from workloads import digest
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-PROGRAMS = {"legacy_pmap": legacy_train, "sharded": sharded_train}
-OPTIONS = {"data_parallel": {}, "ensemble": {"members": 8},
-           "accumulation": {"accum_loop": "multisteps", "accum_steps": 2},
-           "fsdp": {}}
-EXTRA = {strategy: [arg for name, value in options.items()
-                    for arg in (f"--{name.replace('_', '-')}", str(value))]
-         for strategy, options in OPTIONS.items()}
-
-
-def _argv(strategy, workdir, steps=4, *extra):
-  return ["--strategy", strategy, "--workdir", str(workdir), "--steps",
-          str(steps), "--checkpoint-every", "2", "--batch-size", "64",
-          "--eval-every", "4", *EXTRA[strategy], *extra]
-
-
-def _train(backend, strategy, workdir, *extra, steps=4):
-  """Runs a program in-process; returns its result.json."""
-  assert PROGRAMS[backend].main(_argv(strategy, workdir, steps, *extra)) == 0
-  return json.loads((pathlib.Path(workdir) / "result.json").read_text())
-
-
-def _stopped_at(workdir, step, into):
-  """A copy of `workdir` as a job stopped right after saving `step` left it."""
-  shutil.copytree(workdir, into)
-  for path in (into / "checkpoints").iterdir():
-    if path.name.isdigit() and int(path.name) > step:
-      shutil.rmtree(path)
-  (into / "result.json").unlink()
-  return into
-
-
-@pytest.fixture(scope="module", autouse=True)
-def compile_once(tmp_path_factory):
-  """A persistent compilation cache for this module's runs, then none."""
-  cache = str(tmp_path_factory.mktemp("xla"))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-  compilation_cache.set_cache_dir(cache)
-  compilation_cache.reset_cache()
-  yield cache
-  jax.config.update("jax_compilation_cache_dir", None)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-  compilation_cache.reset_cache()
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-  """`(backend, strategy) -> workdir` of an uninterrupted 4-step run."""
-  runs = {}
-
-  def get(backend, strategy):
-    if (backend, strategy) not in runs:
-      workdir = tmp_path_factory.mktemp(f"{backend}-{strategy}")
-      _train(backend, strategy, workdir)
-      runs[backend, strategy] = workdir
-    return runs[backend, strategy]
-
-  return get
-
-
-def _config(strategy, data):
-  """The config `_argv` gives the programs, for the Python API."""
-  return strategies.get(strategy).make_config(
-      {"steps": 4, "global_batch": 64, **OPTIONS[strategy]}, data)
-
-
-def _digest(workdir):
-  return json.loads((pathlib.Path(workdir) / "result.json").read_text())[
-      "state_digest"]
-
 
 def _nudged_continuation(backend, strategy, source, data):
   """Step 2 of `source` with every parameter 1e-6 off, run to step 4."""
   chosen = strategies.get(strategy)
-  config = _config(strategy, data)
+  config = config_for(strategy, data)
   module = importlib.import_module(f"{backend}.{chosen.program}")
   placement = module.make_placement(8)
   state, _ = handover.resume_into(module, placement, config,
@@ -133,62 +64,29 @@ def _nudged_continuation(backend, strategy, source, data):
 def test_a_job_moves_between_backends_bitwise(strategy, finished, tmp_path,
                                               digits, capsys):
   legacy, port = (finished(b, strategy) for b in ("legacy_pmap", "sharded"))
-  assert _digest(legacy) == _digest(port)  # pmap and shard_map: bitwise
+  assert digest_of(legacy) == digest_of(port)  # pmap and shard_map: bitwise
   for source, target in ((legacy, "sharded"), (port, "legacy_pmap")):
-    workdir = _stopped_at(source, 2, tmp_path / target)
+    workdir = stopped_at(source, 2, tmp_path / target)
     capsys.readouterr()
-    result = _train(target, strategy, workdir)
+    result = train_job(target, strategy, workdir)
     # The digest alone cannot tell a resumed run from one that silently
     # started over (the batches depend only on the seed and the step): the
     # log, the result and the steps actually taken say where it resumed.
     assert "resumed from step 2 (" in capsys.readouterr().out
     assert result["resumed_from"] == 2 and result["steps_run"] == 2
     assert result["resumed_from_backend"] != target
-    assert result["state_digest"] == _digest(legacy)
+    assert result["state_digest"] == digest_of(legacy)
   # Negative control: the same continuation from a state 1e-6 off differs.
   assert _nudged_continuation("sharded", strategy, legacy,
-                              digits) != _digest(legacy)
-
-
-def test_a_data_parallel_job_goes_on_as_fsdp_and_back(finished, tmp_path,
-                                                      capsys):
-  # fsdp's shard_map step is data_parallel's, bit for bit, on one process:
-  # a job moved between the two ends with the same digest either way.
-  dp, fsdp = (finished("sharded", s) for s in ("data_parallel", "fsdp"))
-  assert _digest(dp) == _digest(fsdp)
-  for source, target in ((dp, "fsdp"), (fsdp, "data_parallel")):
-    workdir = _stopped_at(source, 2, tmp_path / target)
-    capsys.readouterr()
-    result = _train("sharded", target, workdir)
-    assert "resumed from step 2 (" in capsys.readouterr().out
-    assert result["state_digest"] == _digest(dp)
-  # Another strategy's checkpoint is still refused.
-  workdir = _stopped_at(fsdp, 2, tmp_path / "ensemble")
-  assert sharded_train.main(_argv("ensemble", workdir)) == 2
-  assert "strategy 'fsdp' there" in capsys.readouterr().err
-
-
-def test_an_fsdp_checkpoint_restores_on_4_devices_with_its_digest(
-    finished, digits):
-  source = finished("legacy_pmap", "fsdp") / "checkpoints"
-  config = _config("fsdp", digits)
-  digests = []
-  for module, n in ((legacy_fsdp, 8), (sharded_fsdp, 4), (sharded_fsdp, 2)):
-    state, _ = handover.resume_into(module, module.make_placement(n), config,
-                                    source, step=2, strategy="fsdp")
-    digests.append(digest.state_digest(module.to_host(state)))
-    if n < 8:  # split over n devices: 1/n of each split leaf on each
-      leaf = state.params["Conv_0"]["kernel"]
-      assert leaf.addressable_shards[0].data.size == leaf.size // n
-  assert len(set(digests)) == 1, digests
+                              digits) != digest_of(legacy)
 
 
 def test_metrics_log_one_line_per_evaluation_after_resume(finished,
                                                            tmp_path):
-  workdir = _stopped_at(finished("sharded", "data_parallel"), 2, tmp_path / "w")
+  workdir = stopped_at(finished("sharded", "data_parallel"), 2, tmp_path / "w")
   with open(workdir / "metrics.jsonl", "a") as f:
     f.write('{"step": 3, "train_loss": 1.0}\n{"step": 4, "tr')  # killed
-  _train("legacy_pmap", "data_parallel", workdir, "--eval-every", "1")
+  train_job("legacy_pmap", "data_parallel", workdir, "--eval-every", "1")
   lines = (workdir / "metrics.jsonl").read_text().splitlines()
   logged = [json.loads(line) for line in lines]
   assert [line["step"] for line in logged] == [3, 4]  # step 2 not evaluated
@@ -198,18 +96,18 @@ def test_metrics_log_one_line_per_evaluation_after_resume(finished,
 def test_an_8_member_pmap_ensemble_continues_on_4_then_2_devices(
     finished, tmp_path):
   full = finished("legacy_pmap", "ensemble")
-  workdir = _stopped_at(full, 2, tmp_path / "w")
-  on_4 = _train("sharded", "ensemble", workdir, "--devices", "4", steps=3)
+  workdir = stopped_at(full, 2, tmp_path / "w")
+  on_4 = train_job("sharded", "ensemble", workdir, "--devices", "4", steps=3)
   assert on_4["resumed_from_devices"] == 8
-  on_2 = _train("sharded", "ensemble", workdir, "--devices", "2")
+  on_2 = train_job("sharded", "ensemble", workdir, "--devices", "2")
   assert on_2["resumed_from"] == 3 and on_2["resumed_from_devices"] == 4
-  assert on_2["state_digest"] == _digest(full)
-  assert on_4["state_digest"] != _digest(full)  # step 3 is not step 4
+  assert on_2["state_digest"] == digest_of(full)
+  assert on_4["state_digest"] != digest_of(full)  # step 3 is not step 4
 
 
 def test_pmap_cannot_take_8_members_on_4_devices(finished, tmp_path, capsys):
-  workdir = _stopped_at(finished("legacy_pmap", "ensemble"), 2, tmp_path / "w")
-  assert legacy_train.main(_argv("ensemble", workdir, 4, "--devices",
+  workdir = stopped_at(finished("legacy_pmap", "ensemble"), 2, tmp_path / "w")
+  assert legacy_train.main(argv_for("ensemble", workdir, 4, "--devices",
                                  "4")) == 2
   assert "exactly one member per device" in capsys.readouterr().err
 
@@ -217,12 +115,12 @@ def test_pmap_cannot_take_8_members_on_4_devices(finished, tmp_path, capsys):
 def test_data_parallel_on_fewer_devices_follows_their_normalisation(
     finished, tmp_path, capsys, digits):
   full = finished("legacy_pmap", "data_parallel")
-  workdir = _stopped_at(full, 2, tmp_path / "w")
-  result = _train("sharded", "data_parallel", workdir, "--devices", "4")
+  workdir = stopped_at(full, 2, tmp_path / "w")
+  result = train_job("sharded", "data_parallel", workdir, "--devices", "4")
   assert "follow 4 devices' loss normalisation" in capsys.readouterr().err
-  assert result["state_digest"] != _digest(full)  # 8-device normalisation
+  assert result["state_digest"] != digest_of(full)  # 8-device normalisation
   # The continuation is the reference's on 4 devices, from the same state.
-  config = _config("data_parallel", digits)
+  config = config_for("data_parallel", digits)
   mesh = sharded_dp.make_placement(4)
   start, _ = handover.resume_into(sharded_dp, mesh, config,
                                      workdir / "checkpoints", step=2,
@@ -250,11 +148,11 @@ def test_data_parallel_on_fewer_devices_follows_their_normalisation(
 def test_a_classic_replicated_checkpoint_restores(finished, tmp_path, digits,
                                                   capsys):
   full = finished("legacy_pmap", "data_parallel")
-  config = _config("data_parallel", digits)
+  config = config_for("data_parallel", digits)
   workdir = checkpoint_files.classic(full, tmp_path / "w", config)
-  result = _train("sharded", "data_parallel", workdir)
+  result = train_job("sharded", "data_parallel", workdir)
   assert result["restored_classic_layout"]
-  assert result["state_digest"] == _digest(full)
+  assert result["state_digest"] == digest_of(full)
 
   def nudge(tree):  # replica 3 of one leaf, 1 ulp off
     bias = tree["params"]["Dense_0"]["bias"]
@@ -262,7 +160,7 @@ def test_a_classic_replicated_checkpoint_restores(finished, tmp_path, digits,
 
   capsys.readouterr()
   bad = checkpoint_files.classic(full, tmp_path / "bad", config, nudge)
-  assert sharded_train.main(_argv("data_parallel", bad)) == 2
+  assert sharded_train.main(argv_for("data_parallel", bad)) == 2
   err = capsys.readouterr().err.strip()
   assert err.startswith("train: error:") and len(err.splitlines()) == 1
   assert "['params']['Dense_0']['bias'] replica 3" in err
@@ -290,7 +188,7 @@ def test_kill_during_a_save_then_resume(finished, tmp_path, compile_once):
          "JAX_COMPILATION_CACHE_DIR": compile_once,
          "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
   job = subprocess.Popen(
-      [sys.executable, "-c", _SLOW_COMMIT, *_argv("data_parallel", workdir)],
+      [sys.executable, "-c", _SLOW_COMMIT, *argv_for("data_parallel", workdir)],
       cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
       text=True)
   try:
@@ -304,9 +202,9 @@ def test_kill_during_a_save_then_resume(finished, tmp_path, compile_once):
     job.wait()
   saved = sorted(p.name for p in (workdir / "checkpoints").iterdir())
   assert saved[0] == "2" and saved[1].startswith("4.orbax-checkpoint-tmp")
-  result = _train("sharded", "data_parallel", workdir)
+  result = train_job("sharded", "data_parallel", workdir)
   assert result["resumed_from"] == 2  # the uncommitted step 4 was not read
-  assert result["state_digest"] == _digest(
+  assert result["state_digest"] == digest_of(
       finished("legacy_pmap", "data_parallel"))
   assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == [
       "2", "4"]
@@ -327,9 +225,9 @@ def test_a_damaged_checkpoint_falls_back_to_the_one_before(
   full = finished("sharded", "data_parallel")
   workdir = tmp_path / "w"
   shutil.copytree(full, workdir)
-  damage(workdir / "checkpoints" / "4", _config("data_parallel", digits))
+  damage(workdir / "checkpoints" / "4", config_for("data_parallel", digits))
   capsys.readouterr()
-  result = _train("legacy_pmap", "data_parallel", workdir)
+  result = train_job("legacy_pmap", "data_parallel", workdir)
   warnings = [line for line in capsys.readouterr().err.splitlines()
               if "warning:" in line]
   assert len(warnings) == 1, warnings
@@ -337,7 +235,7 @@ def test_a_damaged_checkpoint_falls_back_to_the_one_before(
       "train: warning: checkpoint step 4 is damaged (")
   assert says in warnings[0] and warnings[0].endswith("resuming from step 2")
   assert result["resumed_from"] == 2 and result["damaged_checkpoints"] == [4]
-  assert result["state_digest"] == _digest(full)
+  assert result["state_digest"] == digest_of(full)
   assert any(p.name.startswith("4.damaged-")
              for p in (workdir / "checkpoints").iterdir())
 
@@ -349,7 +247,7 @@ def test_no_checkpoint_that_restores_is_refused(finished, tmp_path, capsys):
   (workdir / "checkpoints" / "2" / "run" / "metadata").write_text("{")
   checkpoint_files.truncate(workdir / "checkpoints" / "4")
   capsys.readouterr()
-  assert legacy_train.main(_argv("data_parallel", workdir)) == 2
+  assert legacy_train.main(argv_for("data_parallel", workdir)) == 2
   err = capsys.readouterr().err.strip()
   assert err.startswith("train: error: no checkpoint in")
   assert len(err.splitlines()) == 1
@@ -363,7 +261,7 @@ def test_no_checkpoint_that_restores_is_refused(finished, tmp_path, capsys):
 ])
 def test_resuming_another_run_is_refused(change, says, finished, capsys):
   workdir = finished("sharded", "data_parallel")
-  assert sharded_train.main(_argv("data_parallel", workdir, 4, *change)) == 2
+  assert sharded_train.main(argv_for("data_parallel", workdir, 4, *change)) == 2
   err = capsys.readouterr().err.strip()
   assert err == f"train: error: the checkpoint at step 4 is of another run: " \
                 f"{says}"
@@ -372,12 +270,12 @@ def test_resuming_another_run_is_refused(change, says, finished, capsys):
 def test_resuming_another_strategy_or_member_count_is_refused(finished,
                                                               capsys):
   workdir = finished("sharded", "data_parallel")
-  argv = _argv("accumulation", workdir)
+  argv = argv_for("accumulation", workdir)
   assert sharded_train.main(argv) == 2
   assert "strategy 'data_parallel' there, 'accumulation' here" in \
       capsys.readouterr().err
   ensemble = finished("sharded", "ensemble")
-  assert sharded_train.main(_argv("ensemble", ensemble, 4, "--members",
+  assert sharded_train.main(argv_for("ensemble", ensemble, 4, "--members",
                                   "16")) == 2
   assert "members 8 there, 16 here" in capsys.readouterr().err
 
@@ -386,10 +284,10 @@ def test_bad_input_and_unwritable_workdir_exit_2(tmp_path, capsys,
                                                  monkeypatch):
   blocker = tmp_path / "file"
   blocker.write_text("")
-  for argv in (_argv("data_parallel", blocker / "w"),
-               _argv("data_parallel", tmp_path / "w", 0),
-               _argv("data_parallel", tmp_path / "w", 4, "--devices", "99"),
-               _argv("data_parallel", tmp_path / "w", 4, "--max-to-keep",
+  for argv in (argv_for("data_parallel", blocker / "w"),
+               argv_for("data_parallel", tmp_path / "w", 0),
+               argv_for("data_parallel", tmp_path / "w", 4, "--devices", "99"),
+               argv_for("data_parallel", tmp_path / "w", 4, "--max-to-keep",
                      "0")):
     assert legacy_train.main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -397,7 +295,7 @@ def test_bad_input_and_unwritable_workdir_exit_2(tmp_path, capsys,
   from training import workdir  # pylint: disable=g-import-not-at-top
   full_disk = shutil.disk_usage(tmp_path)._replace(free=1000)
   monkeypatch.setattr(workdir.shutil, "disk_usage", lambda _: full_disk)
-  assert legacy_train.main(_argv("data_parallel", tmp_path / "full")) == 2
+  assert legacy_train.main(argv_for("data_parallel", tmp_path / "full")) == 2
   assert "MiB free" in capsys.readouterr().err
   assert not (tmp_path / "full" / "checkpoints").exists() or not any(
       (tmp_path / "full" / "checkpoints").iterdir())
@@ -406,7 +304,7 @@ def test_bad_input_and_unwritable_workdir_exit_2(tmp_path, capsys,
 def test_resume_into_and_write_checkpoint_for_compare(finished, tmp_path,
                                                       digits):
   """The functions `compare --switch-at N` builds on."""
-  config = _config("data_parallel", digits)
+  config = config_for("data_parallel", digits)
   source = finished("legacy_pmap", "data_parallel") / "checkpoints"
   state, step = handover.resume_into(
       legacy_dp, legacy_dp.make_placement(8), config, source, step=2,

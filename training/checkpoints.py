@@ -9,8 +9,9 @@ save cut short is never listed) with two items:
   state, a leading member axis for ensembles, optax.MultiSteps' wrapper
   removed), as global `jax.Array`s, so that Orbax writes each array once,
   cooperatively across processes.
-- `run`: JSON: the strategy and config, who wrote it (backend, devices), the
-  optimiser step and the whole state's digest (`workloads.digest`).
+- `run`: JSON: the run record (`training.run_records`: the strategy and
+  config, who wrote it), the optimiser step and the whole state's digest
+  (`workloads.digest`).
 
 Restoring goes straight into a backend's layout: every leaf is restored onto
 the sharding the backend's own initial state has (the devices module's
@@ -23,7 +24,6 @@ record that says another run wrote it is refused (`CheckpointError`).
 """
 
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -34,18 +34,12 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
+from training.run_records import CheckpointError
+from training.run_records import check_same_run
 from workloads import canonical
 from workloads import digest
 
 STATE, RUN = "state", "run"
-# Config fields a resumed run may change: how long it runs and how its
-# loops are written, not what it computes.
-MAY_DIFFER = ("steps", "epochs", "member_loop", "accum_loop")
-
-
-class CheckpointError(ValueError):
-  """A checkpoint that this run must not continue from (exit 2)."""
-
 
 class DamagedCheckpoint(ValueError):
   """A step that cannot be read as this program's state; `why` says how."""
@@ -110,37 +104,6 @@ def open_manager(directory, max_to_keep=None,
               RUN: ocp.JsonCheckpointHandler()}
   return ocp.CheckpointManager(os.path.abspath(directory), options=options,
                                item_handlers=handlers)
-
-
-def run_record(strategy: str, config, backend: str, n_devices: int,
-               restores: tuple[str, ...] = ()) -> dict:
-  """What a checkpoint says about the run that wrote it (JSON-ready).
-
-  `restores`: other strategies whose checkpoints this run resumes (kept in
-  the run's own record, for `check_same_run`).
-  """
-  return {"strategy": strategy, "restores": list(restores),
-          "config": json.loads(json.dumps(dataclasses.asdict(config))),
-          "backend": backend, "devices": n_devices,
-          "processes": jax.process_count()}
-
-
-def check_same_run(saved: dict, current: dict, step: int) -> None:
-  """Raises CheckpointError naming the first setting that differs."""
-  strategy = saved.get("strategy")
-  if strategy in current.get("restores", ()):
-    strategy = current["strategy"]  # the same state in the same layout
-  pairs = [("strategy", strategy, current["strategy"])]
-  # In the config's own order (workload first), then fields only saved.
-  fields = [*current["config"],
-            *(k for k in saved["config"] if k not in current["config"])]
-  pairs += [(name, saved["config"].get(name), current["config"].get(name))
-            for name in fields if name not in MAY_DIFFER]
-  for name, there, here in pairs:
-    if there != here:
-      raise CheckpointError(
-          f"the checkpoint at step {step} is of another run: {name} "
-          f"{there!r} there, {here!r} here")
 
 
 def save(manager, step: int, state, layout: Layout, record: dict) -> float:

@@ -10,6 +10,7 @@ so the pair "resumed port vs uninterrupted pmap" is judged like any other.
 import jax
 
 from training import checkpoints
+from training import run_records
 
 
 def write_checkpoint(module, state, config, directory, step: int, *,
@@ -27,7 +28,7 @@ def write_checkpoint(module, state, config, directory, step: int, *,
   """
   layout = checkpoints.Layout.of(module)
   n_devices = len(jax.tree.leaves(state.params)[0].sharding.device_set)
-  record = checkpoints.run_record(strategy, config, module.BACKEND, n_devices)
+  record = run_records.run_record(strategy, config, module.BACKEND, n_devices)
   manager = checkpoints.open_manager(directory)
   try:
     checkpoints.save(manager, step, state, layout, record)
@@ -44,7 +45,7 @@ def resume_into(module, placement, config, directory, step=None, *,
     module: a backend program, e.g. `sharded.data_parallel`.
     placement: its `make_placement(n_devices)`.
     config: the run's config; the checkpoint's must match it (but for
-      `checkpoints.MAY_DIFFER`).
+      `run_records.MAY_DIFFER`).
     directory: the checkpoint directory (a workdir's `checkpoints/`).
     step: the step to restore; the newest if None.
     strategy: the strategy the checkpoint must have been written by.
@@ -60,12 +61,12 @@ def resume_into(module, placement, config, directory, step=None, *,
   """
   layout = checkpoints.Layout.of(module, calls_per_step)
   like = module.create_state(config.seed, config, placement)
-  current = checkpoints.run_record(strategy, config, "", 0)
+  current = run_records.run_record(strategy, config, "", 0)
   manager = checkpoints.open_manager(directory, read_only=True)
   try:
     step = manager.latest_step() if step is None else step
     record = checkpoints.read_record(manager, step)
-    checkpoints.check_same_run(record, current, step)
+    run_records.check_same_run(record, current, step)
     state, _ = checkpoints.restore_step(manager, step, like, layout)
     checkpoints.check_digest(state, layout, record, step)
   finally:

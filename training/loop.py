@@ -27,6 +27,7 @@ import tqdm
 from launch import distributed
 from launch import files
 from training import checkpoints
+from training import run_records
 from training import dispatch
 from training import metrics as run_metrics
 from training import programs
@@ -88,7 +89,7 @@ def _peek_newest(job) -> int:
         record = checkpoints.read_record(manager, step)
       except Exception:  # pylint: disable=broad-except
         continue  # damaged: restore_newest reports it and falls back
-      checkpoints.check_same_run(record, job.record, step)
+      run_records.check_same_run(record, job.record, step)
       if step > job.config.steps:
         raise checkpoints.CheckpointError(
             f"{job.workdir} holds step {step}, past this run's last step "
@@ -126,7 +127,7 @@ def prepare(backend: str, program, config, workdir: str, *, data,
   job = TrainingJob(
       backend, program, config, data, n_devices, workdir, schedule, module,
       placement, checkpoints.Layout.of(module, calls),
-      checkpoints.run_record(program.name, config, module.BACKEND,
+      run_records.run_record(program.name, config, module.BACKEND,
                              run_metrics.global_devices(n_devices),
                              program.restores),
       schedule.eval_every or program.eval_every(config,
