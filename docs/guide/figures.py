@@ -273,7 +273,8 @@ def note(names, found, where=""):
 
 def _when(data):
   value = data.get("date")
-  return str(value)[:10] if value else "date not recorded"
+  commit = f" on commit {data['commit']}" if data.get("commit") else ""
+  return (str(value)[:10] if value else "date not recorded") + commit
 
 
 def _workload(source, group):

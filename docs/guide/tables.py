@@ -127,7 +127,8 @@ def report_block(name, report):
             f"--measure {name}`.")
   out = [f"<a id=\"measured-{name}\"></a>**{name}**: {head}; measured "
          f"{str(report.get('date', 'date not recorded'))[:10]}"
-         f"{_load(report)} ([`{MEASURED}/{name}.json`](measured/{name}.json))."
+         + (f" on commit {report['commit']}" if report.get("commit") else "")
+         + f"{_load(report)} ([`{MEASURED}/{name}.json`](measured/{name}.json))."
          + _loss_note(report), "",
          markdown_table(list(compare_report.COLUMNS), rows)]
   sentence = throughput_sentence(report)
