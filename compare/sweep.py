@@ -46,21 +46,22 @@ def run(strategy, config, data, device_counts, windows: int,
   return {"sweep": points, "verdict": overall}
 
 
-def gathered_and_scattered(run: dict) -> int:
-  """Bytes one step all-gathers plus reduce-scatters (unsharded sizes)."""
+def other_collective_bytes(run: dict) -> int:
+  """Bytes of one step's collectives but its all-reduces: all-gathers,
+  reduce-scatters, all-to-alls, permutes (unsharded sizes)."""
   sizes = run.get("collective_bytes_per_step") or {}
-  return sizes.get("all-gather", 0) + sizes.get("reduce-scatter", 0)
+  return sum(size for op, size in sizes.items() if op != "all-reduce")
 
 
 def collective_bytes(run: dict) -> int:
-  """Bytes one step all-reduces, all-gathers and reduce-scatters."""
-  return (run.get("all_reduce_bytes") or 0) + gathered_and_scattered(run)
+  """Bytes of every collective one step runs."""
+  return (run.get("all_reduce_bytes") or 0) + other_collective_bytes(run)
 
 
 def table(result: dict) -> list[str]:
   """One line per device count and run."""
   head = (f"{'devices':>7} {'run':<13} {'examples/s':>11} {'compile s':>9} "
-          f"{'all-reduce B/step':>17} {'gather+scatter B/step':>21} verdict")
+          f"{'all-reduce B/step':>17} {'other coll. B/step':>18} verdict")
   lines = [head, "-" * len(head)]
   for point in result["sweep"]:
     for name, run in point["runs"].items():
@@ -69,7 +70,7 @@ def table(result: dict) -> list[str]:
           f"{point['devices']:>7} {name:<13} "
           f"{'-' if rate is None else f'{rate:.0f}':>11} "
           f"{run['compile_s']:>9.2f} {run.get('all_reduce_bytes') or 0:>17} "
-          f"{gathered_and_scattered(run):>21} {point['verdict']}")
+          f"{other_collective_bytes(run):>18} {point['verdict']}")
   return lines
 
 
@@ -92,8 +93,7 @@ def plot(result: dict, path: str) -> None:
   speed.set(xscale="log", xlabel="devices", ylabel="examples/s",
             title="throughput (emulated devices share the host's cores)")
   collective.set(xscale="log", xlabel="devices",
-                 ylabel="bytes per step (all-reduce + all-gather + "
-                 "reduce-scatter)", title="collectives")
+                 ylabel="collective bytes per step", title="collectives")
   for axis in (speed, collective):
     axis.set_xticks(counts, [str(c) for c in counts])
     axis.minorticks_off()  # the log axis's minor labels read "3x10^0"

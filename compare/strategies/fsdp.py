@@ -146,12 +146,14 @@ class Fsdp(FsdpProgram, Strategy):
 
 
 def _collectives_line(name, run):
-  """What one step of `run` all-gathers, reduce-scatters and all-reduces."""
+  """What one step of `run` all-gathers, reduce-scatters and all-reduces,
+  and any other collective the compiler chose."""
   counts = run.get("collectives_per_step") or {}
   sizes = run.get("collective_bytes_per_step") or {}
+  shown = ("all-gather", "reduce-scatter", "all-reduce")
+  shown += tuple(op for op in sizes if op not in shown and sizes[op])
   parts = [f"{op} {counts.get(op, 0)} x = {sizes.get(op, 0) / 1024:.1f} KiB"
-           for op in ("all-gather", "reduce-scatter", "all-reduce")]
-  total = sum(sizes.get(op, 0) for op in
-              ("all-gather", "reduce-scatter", "all-reduce")) / 1024
+           for op in shown]
+  total = sum(sizes.values()) / 1024
   return (f"{name:<13} per step: {', '.join(parts)} (unsharded sizes; "
           f"{total:.1f} KiB in all)")

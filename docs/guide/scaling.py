@@ -22,7 +22,7 @@ def _sweep_rows(entry):
       rows.append([str(point["devices"]), name, f"{rate:.0f}",
                    f"{lo:.0f}–{hi:.0f}", f"{run['compile_s']:.2f}",
                    f"{(run.get('all_reduce_bytes') or 0) / 1024:.1f}",
-                   f"{sweep.gathered_and_scattered(run) / 1024:.1f}",
+                   f"{sweep.other_collective_bytes(run) / 1024:.1f}",
                    point["verdict"]])
   return rows
 
@@ -38,7 +38,7 @@ def sweep_table(root):
       continue
     table = markdown_table(
         ["devices", "run", "examples/s", "spread", "compile s",
-         "all-reduced KiB per step", "all-gathered + reduce-scattered KiB",
+         "all-reduced KiB per step", "other collectives' KiB per step",
          "verdict"], _sweep_rows(entry))
     blocks.append(f"**{strategy}** (`{entry['command']}`):\n\n{table}\n\n"
                   f"![{strategy}: examples/s and collective bytes against "
