@@ -94,6 +94,10 @@ def _cost() -> dict:
   """Default runs with and without the checks, interleaved, in-process."""
   from launch import emulation  # pylint: disable=g-import-not-at-top
   emulation.set_cpu_device_count(8)
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.device_count() < 8:  # jax was imported before the count was set
+    raise RuntimeError(f"the cost group needs 8 devices, jax has "
+                       f"{jax.device_count()}: run it with --only cost")
   from compare import runner  # pylint: disable=g-import-not-at-top
   from compare import strategies  # pylint: disable=g-import-not-at-top
   from workloads import datasets  # pylint: disable=g-import-not-at-top

@@ -8,6 +8,7 @@ figures can say so.
 """
 
 import datetime
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -33,11 +34,15 @@ def command_line(argv: list[str]) -> str:
 
 
 def write(path: str, target: str, workload: str, **fields) -> None:
-  """docs/measured/TARGET.json: `fields` plus the date, jax and the load."""
-  import jax  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  """docs/measured/TARGET.json: `fields` plus the date, jax and the load.
+
+  jax's version is read from its installed metadata, not by importing it: a
+  runner that writes as it goes may still emulate CPU devices afterwards,
+  which only works before jax is imported (`launch.emulation`).
+  """
   record = {"workload": workload,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "jax_version": jax.__version__,
+            "jax_version": importlib.metadata.version("jax"),
             "command": f"python -m docs.build_guide --measure {target}",
             "load_average_after": round(os.getloadavg()[0], 2), **fields}
   pathlib.Path(path).write_text(json.dumps(record, indent=1) + "\n")

@@ -52,8 +52,9 @@ def main(argv=None) -> int:
     strategies[strategy] = entry
   run_record.write(
       args.json, "sweep", "each strategy's default workload (the CNN on "
-      f"digits) on the first 1, 2, 4 and 8 of 8 emulated CPU devices "
-      "(ensemble_data: 2, 4 and 8, a row per member), short runs", strategies=strategies, failed=failed,
+      "digits) on the first 1, 2, 4 and 8 of 8 emulated CPU devices "
+      "(ensemble_data: 2, 4 and 8, a row per member), short runs",
+      strategies=strategies, failed=failed,
       logs=str(folder) if failed else None)
   return 1 if failed else 0
 
