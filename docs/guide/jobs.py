@@ -27,7 +27,9 @@ def load(root, name):
 
 
 def measured_note(record, name):
-  return (f"measured {record['date'][:10]}, jax {record['jax_version']}, "
+  commit = f" on commit {record['commit']}" if record.get("commit") else ""
+  return (f"measured {record['date'][:10]}{commit}, jax "
+          f"{record['jax_version']}, "
           f"1-min load average {record['load_average_after']} at the end "
           f"([`{MEASURED}/{name}.json`](measured/{name}.json))")
 
