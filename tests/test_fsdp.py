@@ -18,6 +18,7 @@ from tests import helpers
 from workloads import batches
 from training import checkpoints
 from workloads import configs
+from workloads import registry
 
 STRATEGY = strategy_module.Fsdp()
 RUNS = {run.name: run for run in STRATEGY.runs}
@@ -68,7 +69,10 @@ def test_state_per_device_is_within_one_nth_plus_ten_percent(name):
   state = module.create_state(0, CONFIG, module.make_placement(8))
   per = strategy_module.state_bytes_per_device(state)
   assert len(per) == 8
-  full = strategy_module.replicated_bytes(CONFIG)
+  # The whole state, counted from its shapes (independent of any sharding).
+  shapes = jax.eval_shape(lambda: registry.init_state(0, CONFIG))
+  full = sum(x.size * x.dtype.itemsize
+             for x in jax.tree.leaves((shapes.params, shapes.opt_state)))
   dp = strategy_module.state_bytes_per_device(
       port_dp.create_state(0, CONFIG, port_dp.make_placement(8)))
   assert max(dp.values()) == full

@@ -27,7 +27,6 @@ from legacy_pmap import fsdp as legacy
 from sharded import data_parallel as replicated
 from sharded import fsdp as port
 from training.programs.fsdp import FsdpProgram
-from workloads import registry
 
 MEMORY_TARGET = 0.10  # per-device state <= (1/N + 10%) of the replicated
 BASELINE = "data_parallel"  # the run with the replicated state
@@ -70,13 +69,6 @@ def state_bytes_per_device(state) -> dict:
     for device in leaf.sharding.addressable_devices:
       per[device.id] = per.get(device.id, 0) + shard * leaf.dtype.itemsize
   return per
-
-
-def replicated_bytes(config) -> int:
-  """data_parallel's params + optimiser state: the whole state per device."""
-  shapes = jax.eval_shape(lambda: registry.init_state(config.seed, config))
-  return sum(x.size * x.dtype.itemsize
-             for x in jax.tree.leaves((shapes.params, shapes.opt_state)))
 
 
 class Fsdp(FsdpProgram, Strategy):
