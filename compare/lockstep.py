@@ -13,6 +13,12 @@ rows reordered (summation order only), measured at every checked step.
 
 A run whose own state is bitwise the shared state needs no extra step: its
 free-running step is the lockstep one.
+
+Each port run's step is also compared with its witness's (the pmap run, never
+planted): a pair whose two programs differ (pmap and the one-device
+reference) can part at one step by a rounding flip, which the verdict
+excuses only where every port run in the pair took its witness's step
+(`compare.verdicts.lockstep`).
 """
 
 import dataclasses
@@ -28,6 +34,12 @@ from training.metrics import global_devices
 # The one-step band never goes below this fraction of a step's update
 # (float32 rounds an update to ~6e-8 of itself: this is ~16 ulps of it).
 BAND_FLOOR = 1e-6
+# A pair of two programs (pmap and the one-device reference, or accumulation
+# and data-parallel) may part by a rounding flip at this share of the
+# checked steps, and at one step in any run: a ReLU whose input lies within
+# rounding of zero for one example takes the other branch in a program that
+# computes it in other shapes (docs/jax-facts.md, Equivalence).
+FLIP_SHARE = 0.05
 
 
 @dataclasses.dataclass
@@ -49,15 +61,24 @@ class Lockstep:
   """
 
   def __init__(self, runs, pairs, check_every: int, steps: int,
-               n_devices: int, rows, truth: str, perturbation):
+               n_devices: int, rows, truth: str, perturbation,
+               port_runs=(), witness=None):
     """`truth` names the ground-truth run; `perturbation(t)` is the change
-    (`compare.perturbations`) of its calibration step at step t."""
+    (`compare.perturbations`) of its calibration step at step t;
+    `port_runs` are the runs a negative control plants its mistake in,
+    `witness` the run each of them must take the step of (pmap), if it
+    runs."""
     self.runs = {run.name: run for run in runs}
     self.reference = self.runs[truth]
     self.pairs = {(a, b): _Pair() for a, b in pairs}
+    self.port_runs = tuple(r for r in port_runs if r in self.runs)
+    self.witness = witness if witness in self.runs else None
+    self.witness_errors = {run: [] for run in self.port_runs
+                           if self.witness is not None}
     self.check_every, self.steps, self.n_devices = check_every, steps, n_devices
     self.rows, self.perturbation = rows, perturbation
     self.checked, self.band, self.seconds = [], [], 0.0
+    self.shared_eval = None
     self.extra_steps = 0
     self._shared_state = None
     # Each run's host state before the step: the shared state at step 1 is
@@ -106,9 +127,22 @@ class Lockstep:
                                                 self._shared)
       pair.errors.append(error)
       pair.leaves.append(leaf)
+    for run, errors in self.witness_errors.items():
+      errors.append(equivalence.update_error(
+          results[run], results[self.witness], self._shared))
     self.checked.append(t)
     self._shared_state = None
     self.seconds += time.perf_counter() - start
+
+  def evaluate_shared(self, steps: int, evaluate) -> None:
+    """Every run's own `evaluate(run, state)` of the ground truth's state
+    after `steps` steps, placed in the run's layout: the end-of-run check
+    that free-running chaos cannot reach (`compare.verdicts.final`)."""
+    shared = self.reference.host
+    self.shared_eval = {
+        name: evaluate(run, run.state if equivalence.trees_same_bits(
+            run.host, shared) else place(run, shared, steps))
+        for name, run in self.runs.items()}
 
   def _step_from_shared(self, run, t, host_batch):
     """`run`'s step t from the shared state, as host arrays."""
@@ -135,17 +169,28 @@ class Lockstep:
     return reference.module.to_host(state)
 
   def report(self, multiple: float, reason: str) -> dict:
-    """The checked steps, the band, every pair's errors and their cost."""
+    """The checked steps, the band, every pair's errors, each port run's
+    error against its witness, and their cost."""
     band = max([BAND_FLOOR, *self.band])
     return {
         "check_every": self.check_every, "checked_steps": len(self.checked),
         "steps": self.checked, "band_per_step": self.band, "band": band,
         "band_floor": BAND_FLOOR, "multiple": multiple, "reason": reason,
         "extra_steps": self.extra_steps, "seconds": self.seconds,
+        "port_runs": list(self.port_runs), "witness": self.witness,
+        "witness_errors": self.witness_errors,
+        "flip_limit": flip_limit(len(self.checked)),
+        "shared_eval": self.shared_eval,
         "pairs": {f"{a}~{b}": {"errors": pair.errors, "leaves": pair.leaves,
                                "stopped_bitwise_at": pair.stopped_bitwise_at,
                                "bitwise": pair.bitwise_so_far}
                   for (a, b), pair in self.pairs.items()}}
+
+
+def flip_limit(checked_steps: int) -> int:
+  """How many checked steps a pair of two programs may part at by a
+  rounding flip: one, or 5% of the checked steps (`FLIP_SHARE`)."""
+  return max(1, int(FLIP_SHARE * checked_steps))
 
 
 def place(run, host, step: int):

@@ -138,6 +138,24 @@ def pmean_over(right: str, wrong: str):
   return plant
 
 
+def evaluation_1pct(module, run):
+  """The port's evaluation sums its test loss 1% high (a mean taken over
+  the wrong count): the states stay right, only the end-of-run check of
+  one shared state evaluated by each run sees it."""
+  del run
+
+  def make_evaluate(config, placement):
+    evaluate = module.make_evaluate(config, placement)
+
+    def wrong(state, batch):
+      sums = evaluate(state, batch)
+      return {k: v * 1.01 if "loss" in k else v for k, v in sums.items()}
+
+    return wrong
+
+  return _with(module, make_evaluate=make_evaluate)
+
+
 def members_mixed(module, run):
   """Each member starts from its neighbour's initial state (members rolled)."""
   del run
@@ -216,6 +234,41 @@ def scaled_update(first_step: int, last_step: int | None,
         before = jax.tree.map(lambda x: x.copy(), state.params)
         state, metrics = step(state, batch)
         return state.replace(params=scale(before, state.params)), metrics
+
+      return train_step
+
+    return _with(module, make_train_step=make_train_step)
+
+  return plant
+
+
+def scaled_gradient(first_step: int, factor: float = 1.002):
+  """A plant: every `lax.pmean` in the port's step (the gradients', and the
+  reported loss's) x `factor` from optimiser step `first_step` on.
+
+  A gradient off by 0.2% moves the momentum trace by 0.2% of the gradient:
+  a fifth of the 1% controls, the smallest late mistake the lockstep check
+  is measured against. Where the step holds no pmean (a `jit` port) it
+  changes nothing. Two steps are built, the planted one traced under the
+  patch, so that jit's cache never hands one the other's program.
+  """
+  def plant(module, run):
+    del run
+    pmean = jax.lax.pmean
+
+    def scaled(x, axis_name, **kwargs):
+      return jax.tree.map(lambda y: y * factor,
+                          pmean(x, axis_name, **kwargs))
+
+    def make_train_step(config, placement, variant):
+      right = module.make_train_step(config, placement, variant)
+      wrong = module.make_train_step(config, placement, variant)
+
+      def train_step(state, batch):
+        if _optimizer_step_about_to_run(state) < first_step:
+          return right(state, batch)
+        with _patched(jax.lax, "pmean", scaled):
+          return wrong(state, batch)
 
       return train_step
 

@@ -111,10 +111,18 @@ def _pair_line(v):
         f"at most {v['max_ratio']:.2f}x the one-step band (step "
         f"{v['worst_step']}), allowed {v['allowed_ratio']:g}x"
         + (f"; first over at step {v['first_fail_step']} "
-           f"({v['first_fail_ratio']:.3g}x)" if v["first_fail_step"] else ""))
+           f"({v['first_fail_ratio']:.3g}x)" if v["first_fail_step"] else "")
+        + (f"; a rounding flip at step(s) {_steps(v['flip_steps'])} "
+           "(excused: two programs, every port run took pmap's step)"
+           if v.get("flip_steps") else ""))
   return head + (f"max_abs={v['max_abs']:.2e} max_ulp={v['max_ulp']}"
                  + (f" (rtol={v['rtol']:g}, atol={v['atol']:g}*max|leaf|)"
                     if v["at"] == "first_step" else ""))
+
+
+def _steps(steps):
+  shown = ", ".join(str(t) for t in steps[:5])
+  return shown + (f" and {len(steps) - 5} more" if len(steps) > 5 else "")
 
 
 def _lockstep_lines(report):
@@ -138,21 +146,36 @@ def _lockstep_lines(report):
   return lines
 
 
+def _final_line(v):
+  """A final pair: each run's evaluation of one state (judged), then the
+  free-running runs' metrics and drift (shown, not judged)."""
+  parts = []
+  shared = v.get("shared_eval")
+  if shared and shared["metrics"]:
+    parts.append(f"step {shared['step']}'s shared state evaluated by each: "
+                 + ", ".join(f"{k} gap {m['gap']:.2e} (allowed "
+                             f"{m['allowed']:.1e})"
+                             for k, m in shared["metrics"].items()))
+  cal = v.get("calibration")
+  if cal:
+    parts.append("free-running " + ", ".join(
+        f"{k} gap {m['gap']:.2e} vs calibration spread "
+        f"{m['calibration_spread']:.2e}" for k, m in cal["metrics"].items())
+        + f", drift at most {cal['max_ratio']:.2f}x the calibration band "
+        f"(step {cal['worst_step']}; shown, not judged)")
+  return f"final {v['a']}~{v['b']}: " + "; ".join(parts) if parts else None
+
+
 def verdict_lines(report: dict) -> list[str]:
   """One line per pair and check, the lockstep checks, then each final
   pair's calibration."""
   lines = [_pair_line(v) for v in report["equivalence"]]
   lines += _lockstep_lines(report)
   for v in report["equivalence"]:
-    cal = v.get("calibration")
-    if cal:
-      lines.append(
-          f"final {v['a']}~{v['b']}: " + ", ".join(
-              f"{k} gap {m['gap']:.2e} vs calibration spread "
-              f"{m['calibration_spread']:.2e}"
-              for k, m in cal["metrics"].items())
-          + f"; drift at most {cal['max_ratio']:.2f}x the calibration band "
-          f"(step {cal['worst_step']}, shown, not judged)")
+    if v["at"] == "final":
+      line = _final_line(v)
+      if line:
+        lines.append(line)
   curve = report.get("calibration", {}).get("drift_per_step")
   if curve:
     truth = report.get("truth", "reference")

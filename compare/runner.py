@@ -143,9 +143,11 @@ def _rows(run, host_batch):
   return {k: v[part] for k, v in host_batch.items()}
 
 
-def _evaluate(strategy, run, config, test_batch):
+def _evaluate(strategy, run, config, test_batch, state=None):
+  """`run`'s own evaluation of its state (or of `state`, in its layout)."""
   return run_metrics.test_summary(strategy, run.module, config, run.evaluate(
-      run.state, run.module.put_batch(_rows(run, test_batch), run.placement)))
+      run.state if state is None else state,
+      run.module.put_batch(_rows(run, test_batch), run.placement)))
 
 
 def _runs(strategy, config, n_devices, control):
@@ -234,7 +236,8 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   checks = lockstep.Lockstep(
       [run for run in runs if run.perturbation is None], pairs,
       check_every, config.steps, n_devices, _rows,
-      truth=strategy.truth, perturbation=strategy.lockstep_perturbation)
+      truth=strategy.truth, perturbation=strategy.lockstep_perturbation,
+      port_runs=strategy.port_runs, witness=strategy.witness)
   tracked = pairs + [(strategy.truth, run.name) for run in runs
                      if run.perturbation is not None]
   test_batch = strategy.test_batch(data, global_devices(n_devices))
@@ -264,6 +267,9 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   for run in runs:
     run.summary = (run.history[-1] if run.history and not diverged else
                    _evaluate(strategy, run, config, test_batch))
+  if not diverged:
+    checks.evaluate_shared(config.steps, lambda run, state: _evaluate(
+        strategy, run, config, test_batch, state))
   return runs, pairs, drift, diverged, checks
 
 
@@ -332,7 +338,8 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
       strategy, pairs, {r.name: r.host for r in runs}, drift,
       None if diverged else calibration_report,
       {r.name: r.summary for r in runs},
-      strategy.test_size(data, global_devices(n_devices)))
+      strategy.test_size(data, global_devices(n_devices)),
+      checks.get("shared_eval"), config.steps)
   speeds = ({run.name: timing.not_timed() for run in runs} if diverged
             else measure_throughput(strategy, runs, config, data, windows))
   report = {

@@ -64,7 +64,10 @@ class Strategy(Program):
     port_runs: the runs a negative control plants its mistake in.
     truth: the run taken as ground truth: the lockstep checks share its
       state, and the calibration runs are it, changed.
-    judged_metrics: the summary metrics the free-running verdict judges.
+    witness: the run every port run must take the same step as for a
+      pair of two programs to be excused a rounding flip (the pmap run:
+      no negative control plants its mistake there).
+    judged_metrics: the summary metrics the verdict judges at the end.
     throughput_pair: `(pmap run, port run)` whose examples/s are compared.
     calibration_change: what the calibration runs change, in words.
     loss_convention: what the reported losses are, in one sentence.
@@ -84,6 +87,7 @@ class Strategy(Program):
   negative_controls: ClassVar[tuple[NegativeControl, ...]] = ()
   port_runs: ClassVar[tuple[str, ...]] = ("shard_map", "jit")
   truth: ClassVar[str] = "reference"
+  witness: ClassVar[str] = "pmap"
   judged_metrics: ClassVar[tuple[str, ...]] = ("test_loss", "test_accuracy")
   throughput_pair: ClassVar[tuple[str, str]] = ("pmap", "shard_map")
   calibration_change: ClassVar[str] = "its rows reordered"
