@@ -7,6 +7,7 @@ after the emulated device count is set.
 """
 
 import sys
+import traceback
 
 from launch import distributed
 from launch import emulation
@@ -42,6 +43,9 @@ def build_parser() -> options.Parser:
       help="the port's runs restore pmap's step-N checkpoint and continue")
   add("--sweep-devices", default=None, metavar="N,N,...",
       help="compare on each of these device counts (e.g. 1,2,4,8)")
+  add("--traceback", action="store_true",
+      help="with --program: print the traceback of the team's code that "
+           "raised before the one-line error")
   add("--windows", type=int, default=10, help="timing windows per run")
   add("--json", default=None, help="write the report here (atomically)")
   add("--plot", default=None, help="write a PNG of the curves here")
@@ -54,7 +58,7 @@ def build_parser() -> options.Parser:
 # What a `--program` run takes from the command line; the program itself
 # fixes the rest (its mesh, batches, optimiser).
 _PROGRAM_FLAGS = ("program", "devices", "steps", "negative_control",
-                  "check_every", "windows", "json", "plot")
+                  "check_every", "windows", "json", "plot", "traceback")
 
 
 def _process_actions(parser):
@@ -136,11 +140,18 @@ def _run_program(args):
   from compare import port  # pylint: disable=g-import-not-at-top
   from compare import proof  # pylint: disable=g-import-not-at-top
   try:
-    result = proof.prove(port.load(args.program), steps=args.steps,
+    program = port.load(args.program)
+    if args.devices is not None and args.devices != program.mesh.size:
+      raise UsageError(f"--devices {args.devices}: the program's mesh has "
+                       f"{program.mesh.size} devices (its Port fixes them; "
+                       "leave --devices out)")
+    result = proof.prove(program, steps=args.steps,
                          control=args.negative_control,
                          check_every=args.check_every, windows=args.windows,
                          progress=sys.stderr.isatty())
   except ValueError as err:  # PortError, or an unknown negative control
+    if args.traceback and err.__cause__ is not None:
+      traceback.print_exception(err.__cause__, file=sys.stderr)
     raise UsageError(str(err)) from None
   _show(args, result.strategy, result.report)
   return result.exit_code

@@ -94,7 +94,7 @@ class Batches:
 
 def initial_state(port: Port):
   """The port's initial host state, checked to be a train state."""
-  state = port.init() if callable(port.init) else port.init
+  state = _called("init", port.init) if callable(port.init) else port.init
   missing = [f for f in ("params", "opt_state", "step")
              if not hasattr(state, f)]
   if not dataclasses.is_dataclass(state) or not hasattr(state, "replace") \
@@ -105,6 +105,22 @@ def initial_state(port: Port):
   # Python scalars (TrainState.create's step) as the arrays jax makes of
   # them (int32 unless x64): the dtypes the steps return.
   return jax.device_get(jax.tree.map(jax.numpy.asarray, state))
+
+
+def _called(field, function, *args):
+  """`function(*args)`, the team's own code: an exception it raises is one
+  `PortError` line naming the field (the original chained as its cause)."""
+  try:
+    return function(*args)
+  except PortError:
+    raise
+  except Exception as err:  # pylint: disable=broad-except
+    raise PortError(f"{field} raised {_one_line(err)}") from err
+
+
+def _one_line(err) -> str:
+  first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+  return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
 def _leaves(tree):
@@ -224,9 +240,8 @@ def _trace(field, step, state, batch):
   try:
     out = jax.eval_shape(step, state, batch)
   except Exception as err:  # pylint: disable=broad-except
-    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
     raise PortError(f"{field} fails on the initial state and first batch: "
-                    f"{type(err).__name__}: {first}") from None
+                    f"{_one_line(err)}") from err
   if not isinstance(out, tuple) or len(out) != 2:
     raise PortError(f"{field} must return (state, metrics)")
   return out
@@ -243,10 +258,19 @@ def check(port: Port):
   _check_callables(port)
   state = initial_state(port)
   batches = Batches(port.batches)
-  batch = batches(0)
+  batch = _called("batches", batches, 0)
   rows = check_batch(batch, port.mesh.size)
   check_steps(port, state, batch)
+  if port.evaluate is not None:
+    _check_metrics(_called("evaluate", port.evaluate, state))
   return state, batches, rows
+
+
+def _check_metrics(metrics) -> None:
+  if not isinstance(metrics, dict) or not all(
+      np.ndim(v) == 0 for v in metrics.values()):
+    raise PortError("evaluate must return a dict of scalar metrics, got "
+                    f"{type(metrics).__name__}")
 
 
 def load(spec: str) -> Port:
@@ -257,14 +281,14 @@ def load(spec: str) -> Port:
     raise PortError(f"--program takes PKG.MODULE:NAME, got {spec!r}")
   try:
     module = importlib.import_module(module_name)
-  except ImportError as err:
+  except Exception as err:  # pylint: disable=broad-except
     raise PortError(f"--program {spec}: cannot import {module_name} "
-                    f"({err})") from None
+                    f"({_one_line(err)})") from err
   if not hasattr(module, name):
     raise PortError(f"--program {spec}: {module_name} has no {name}")
   found = getattr(module, name)
   if callable(found) and not isinstance(found, Port):
-    found = found()
+    found = _called(f"--program {spec}: {name}()", found)
   if not isinstance(found, Port):
     raise PortError(f"--program {spec}: {name} is a "
                     f"{type(found).__name__}, not a compare.Port (or a "

@@ -152,7 +152,8 @@ SHARED_EVAL_RTOL = 1e-5
 
 def _allowed_gap(key, value, n_test):
   if "accuracy" in key:
-    return 1.0 / n_test if n_test else 0.0
+    # One example, with room for the float division that made the rates.
+    return (1.0 + 1e-6) / n_test if n_test else 0.0
   return SHARED_EVAL_RTOL * max(abs(value), 1e-6)
 
 

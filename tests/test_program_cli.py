@@ -53,11 +53,34 @@ def test_a_planted_control_exits_1(capsys):
      "unknown --negative-control 'no-pmean' for toy"),
     (["--program", f"{TOY}:port", "--negative-control", "update-1pct-at:99"],
      "step 99 is past the last step (12)"),
+    (["--program", f"{TOY}:port", "--devices", "4096"],
+     "--devices 4096: the program's mesh has 8 devices"),
+    (["--program", f"{TOY}:init_raises"],
+     "init raised RuntimeError: the team's code broke"),
+    (["--program", f"{TOY}:batches_raise"],
+     "batches raised RuntimeError: the team's code broke"),
+    (["--program", f"{TOY}:evaluate_raises"],
+     "evaluate raised RuntimeError: the team's code broke"),
+    (["--program", f"{TOY}:factory_raises"],
+     "factory_raises() raised RuntimeError: the team's code broke"),
 ])
 def test_a_plugging_mistake_exits_2_with_one_line(capsys, argv, words):
   assert cli.main(argv) == 2
   err = capsys.readouterr().err
   assert words in err and err.count("\n") == 1 and err.startswith("compare:")
+
+
+def test_the_traceback_of_the_teams_code_is_behind_a_flag(capsys):
+  assert cli.main(["--program", f"{TOY}:init_raises", "--traceback"]) == 2
+  err = capsys.readouterr().err
+  assert "Traceback (most recent call last)" in err and "_raises" in err
+  assert err.splitlines()[-1].startswith("compare: error: init raised")
+
+
+def test_the_devices_the_mesh_has_are_accepted(capsys):
+  assert cli.main(["--program", f"{TOY}:port", "--devices", "8", "--steps",
+                   "2", "--windows", "1"]) == 0
+  assert "verdict: pass" in capsys.readouterr().out
 
 
 def test_the_plugin_emulates_the_devices_the_ini_asks_for(pytester,
@@ -126,3 +149,24 @@ def test_the_readme_example_runs(capsys):
                              "compare.prove(port, steps=3, windows=1)"),
                "README.md", "exec"), {})
   assert "verdict: pass" in capsys.readouterr().out
+
+
+def test_a_dtype_alone_is_a_tree_difference_naming_it():
+  from compare import port  # pylint: disable=g-import-not-at-top
+  same = {"w": np.zeros(3, np.float32)}
+  half = {"w": np.zeros(3, np.float16)}
+  assert port.tree_difference(same, same, "got", "want") is None
+  assert port.tree_difference(half, same, "port_step's state",
+                              "pmap_step's") == (
+      "port_step's state differs at ['w']: float16[3] where pmap_step's "
+      "has float32[3]")
+
+
+def test_pmaps_metrics_are_the_mean_over_its_devices():
+  # Per-device values 1..8 read back as their mean, 4.5: not device 0's.
+  from compare import port_runs  # pylint: disable=g-import-not-at-top
+  run = port_runs.PmapRun(None, None, None)
+  metrics = run.metrics_to_host({"loss": np.arange(1, 9, dtype=np.float32),
+                                 "lr": np.full(8, 0.1, np.float32)})
+  assert metrics["loss"] == 4.5
+  assert metrics["lr"] == pytest.approx(0.1)

@@ -240,6 +240,28 @@ def test_a_damaged_checkpoint_falls_back_to_the_one_before(
              for p in (workdir / "checkpoints").iterdir())
 
 
+@pytest.mark.parametrize("damaged, resumed", [([6], 4), ([6, 4], 2)])
+def test_the_newest_complete_checkpoint_of_three_is_the_one_resumed(
+    damaged, resumed, tmp_path, capsys, digits):
+  # Three kept (2, 4, 6): the fallback is the newest that restores, never
+  # the oldest (with two kept they are the same step, and a loop that
+  # jumped to the oldest passed the test above).
+  full = tmp_path / "full"
+  train_job("sharded", "data_parallel", full, steps=6)
+  assert sorted(p.name for p in (full / "checkpoints").iterdir()) == [
+      "2", "4", "6"]
+  workdir = tmp_path / "w"
+  shutil.copytree(full, workdir)
+  (workdir / "result.json").unlink()
+  for step in damaged:
+    checkpoint_files.truncate(workdir / "checkpoints" / str(step))
+  capsys.readouterr()
+  result = train_job("legacy_pmap", "data_parallel", workdir, steps=6)
+  assert result["resumed_from"] == resumed
+  assert sorted(result["damaged_checkpoints"]) == sorted(damaged)
+  assert result["state_digest"] == digest_of(full)
+
+
 def test_no_checkpoint_that_restores_is_refused(finished, tmp_path, capsys):
   workdir = tmp_path / "w"
   shutil.copytree(finished("sharded", "data_parallel"), workdir)

@@ -119,3 +119,24 @@ def wrong_reference():
 
 def wrong_state():
   return port(init=lambda: {"w": np.zeros(3, np.float32)})
+
+
+def _raises(*args):
+  del args
+  raise RuntimeError("the team's code broke\nsecond line")
+
+
+def init_raises():
+  return port(init=_raises)
+
+
+def batches_raise():
+  return port(batches=_raises)
+
+
+def evaluate_raises():
+  return port(evaluate=_raises)
+
+
+def factory_raises():
+  _raises()
