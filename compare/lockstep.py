@@ -80,6 +80,10 @@ class Lockstep:
     self.checked, self.band, self.seconds = [], [], 0.0
     self.shared_eval = None
     self.extra_steps = 0
+    # Per run: the checked steps it started apart from the shared state,
+    # and those it took its extra step from it at (they must be the same).
+    self.apart = {name: [] for name in self.runs}
+    self.stepped = {name: [] for name in self.runs}
     self._shared_state = None
     # Each run's host state before the step: the shared state at step 1 is
     # the common initial state, which every run should hold bitwise.
@@ -117,6 +121,9 @@ class Lockstep:
     if not self.is_checked(t):
       return
     start = time.perf_counter()
+    for name, before in self._before.items():
+      if not equivalence.trees_same_bits(before, self._shared):
+        self.apart[name].append(t)
     results = {name: self._step_from_shared(run, t, host_batch)
                for name, run in self.runs.items()}
     band = equivalence.update_error(self._calibration_step(t, host_batch),
@@ -153,6 +160,7 @@ class Lockstep:
     batch = run.module.put_batch(self.rows(run, host_batch), run.placement)
     state, _ = run.step(state, batch)
     self.extra_steps += 1
+    self.stepped[run.name].append(t)
     return run.module.to_host(state)
 
   def _calibration_step(self, t, host_batch):
@@ -177,6 +185,7 @@ class Lockstep:
         "steps": self.checked, "band_per_step": self.band, "band": band,
         "band_floor": BAND_FLOOR, "multiple": multiple, "reason": reason,
         "extra_steps": self.extra_steps, "seconds": self.seconds,
+        "apart": self.apart, "stepped": self.stepped,
         "port_runs": list(self.port_runs), "witness": self.witness,
         "witness_errors": self.witness_errors,
         "flip_limit": flip_limit(len(self.checked)),

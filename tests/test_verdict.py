@@ -60,6 +60,18 @@ def test_every_strategy_passes_from_the_command_line(tmp_path, strategy,
     if v["at"] == "final":
       same = runs[v["a"]]["state_digest"] == runs[v["b"]]["state_digest"]
       assert same == (v["verdict"] == "bitwise"), v
+  # Lockstep took its extra step at every checked step where a run started
+  # apart from the shared state, and a run the first step put apart from
+  # the truth stays apart (a lockstep that judged free-running states
+  # instead would leave `stepped` empty).
+  checks = report["lockstep"]
+  assert checks["stepped"] == checks["apart"]
+  assert checks["extra_steps"] == checks["checked_steps"] + sum(
+      len(steps) for steps in checks["stepped"].values())
+  for v in report["equivalence"]:
+    if (v["at"] == "first_step" and v["b"] == report["truth"]
+        and v["verdict"] != "bitwise"):
+      assert checks["apart"][v["a"]] == checks["steps"][1:], v["a"]
   # Evaluation outputs agree across backends (not only the states).
   accuracies = {name: run["test_accuracy"] for name, run in runs.items()}
   assert len(set(accuracies.values())) == 1, accuracies
