@@ -31,6 +31,9 @@ SCRIPTS = {"traps": ["-m", "docs.traps"],
            "verdicts": ["-m", "bench.verdict_runs"],
            # About an hour on 2 cores: late mistakes and correct ports.
            "lockstep": ["-m", "bench.lockstep_runs"],
+           # Hours on 2 cores: no false failures and detection, in the
+           # environment it runs in (bench/verdict_grid.py).
+           "verdict_grid": ["-m", "bench.verdict_grid"],
            "handover": ["-m", "bench.handover_runs"],
            "many_hosts": ["-m", "bench.many_hosts_runs"],
            "sweep": ["-m", "bench.sweep_runs"],
@@ -53,7 +56,7 @@ def command(target, out, devices=8):
           "--devices", str(devices), "--json", str(out)]
 
 
-def _commit(root):
+def commit_of(root):
   """HEAD's short hash, with `+changes` when the tree differs from it."""
   def git(*args):
     return subprocess.run(["git", *args], cwd=root, capture_output=True,
@@ -74,7 +77,7 @@ def measure(target, root, devices=8):
   """
   out = root / MEASURED / f"{target}.json"
   out.parent.mkdir(parents=True, exist_ok=True)
-  load, commit = os.getloadavg()[0], _commit(root)
+  load, commit = os.getloadavg()[0], commit_of(root)
   # `python -m` puts its working directory first on the path: run from
   # `root`, the modules are the checkout's own, not an installed copy.
   code = subprocess.call(command(target, out, devices), cwd=root)
