@@ -40,11 +40,24 @@ LOCKSTEP_REASON = (
     "(random labels; 1.8x over 1000 steps on digits, 1.2x for 16 vmapped "
     "members), while a 1% change of the update is 190-295x it at its step "
     "over 200 steps and 38x over 1000, where the band is the largest of "
-    "more steps (docs/measured/lockstep.json, quoted in the appendix, A1)")
-# A pair that is not bitwise at the end passes when its test loss and
-# accuracy lie within this multiple of the calibration runs' spread (floored
-# at 1% of the test loss and 1% accuracy or one test example).
+    "more steps (docs/measured/lockstep.json, quoted in the appendix, A1). "
+    "A ReLU input within rounding of zero can flip in a program of other "
+    "shapes (109x at step 118 of random data, one-device reference against "
+    "the 8-device runs): a pair of two programs may part at one step, or "
+    "5% of the checked steps, where every port run took pmap's step")
+# A pair that is not bitwise at the end: its free-running test loss and
+# accuracy against this multiple of the calibration runs' spread (floored at
+# 1% of the test loss and 1% accuracy or one test example), shown, not
+# judged.
 CALIBRATION_MULTIPLE = 3.0
+SHARED_EVAL_REASON = (
+    "every run evaluates the ground truth's final state, placed in its own "
+    "layout: only summation order differs, so a loss agrees to 1e-5 of "
+    "itself and an accuracy to one test example (measured bitwise or "
+    "2.4e-7 on random data), where device 0's loss x 1.01 is 1e-2 of it; "
+    "free-running runs part chaotically (jit's test loss 6.5x the "
+    "calibration spread on 2 devices after 100 steps), so their metrics "
+    "are shown, not judged")
 
 
 class Strategy(Program):
@@ -78,10 +91,10 @@ class Strategy(Program):
   tolerances: ClassVar[dict[str, Tolerance]] = {}
   calibration_multiple: ClassVar[float] = CALIBRATION_MULTIPLE
   calibration_reason: ClassVar[str] = (
-      "rounding alone moves the calibration runs' test metrics; correct "
-      "ports' stay within this multiple of their spread, from 20 to 1000 "
-      "steps and on random labels (docs/measured/verdicts.json and "
-      "lockstep.json, quoted in the appendix, A1)")
+      "shown, not judged: rounding alone moves the calibration runs' test "
+      "metrics, and three of them do not bound where it takes free-running "
+      "runs (jit on 2 devices after 100 steps: 6.5x their spread)")
+  shared_eval_reason: ClassVar[str] = SHARED_EVAL_REASON
   lockstep_multiple: ClassVar[float] = LOCKSTEP_MULTIPLE
   lockstep_reason: ClassVar[str] = LOCKSTEP_REASON
   negative_controls: ClassVar[tuple[NegativeControl, ...]] = ()

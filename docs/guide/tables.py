@@ -14,6 +14,7 @@ import html
 import json
 
 from compare import report as compare_report
+from compare import verdicts
 from docs.guide import MEASURED
 from docs.guide import GuideError
 from docs.guide.figures import DispatchSource
@@ -57,10 +58,15 @@ def tolerance_table(registry=None):
       rows.append([name, "lockstep, every step", "-", f"{lockstep:g}× the "
                    "one-step band (of the update)",
                    getattr(strategy, "lockstep_reason", "")])
+    shared = getattr(strategy, "shared_eval_reason", None)
+    if shared is not None:
+      rows.append([name, "end: one state evaluated by each run",
+                   f"{verdicts.SHARED_EVAL_RTOL:g}",
+                   "- (accuracy: one test example)", shared])
     multiple = getattr(strategy, "calibration_multiple", None)
     if multiple is not None:
-      rows.append([name, "final test metrics", "-", f"{multiple:g}× the "
-                   "calibration runs' spread",
+      rows.append([name, "free-running test metrics (shown)", "-",
+                   f"{multiple:g}× the calibration runs' spread",
                    getattr(strategy, "calibration_reason", "")])
   return markdown_table(["strategy", "check", "rtol", "atol (× max|leaf|)",
                          "why"], rows, ["l", "l", "r", "r", "l"])
