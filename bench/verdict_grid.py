@@ -15,8 +15,9 @@ Run it in each environment (jax 0.10.2; jax 0.9.2 with
 - detection: the late controls (`update-1pct-from:N`, `update-1pct-at:N`)
   at N = 1, 20, 100 and each strategy's last default step (those inside its
   default steps), and `grad-0.2pct-from:120` of data_parallel: the step
-  each fails at. These check every 10th step (`--check-every 10`), which
-  holds every N, to keep the grid within a session.
+  each fails at. Each runs to step N + 1 (or the last) and checks every
+  10th step (`--check-every 10`, which holds every N), to keep the grid
+  within a session: no step after N can move the verdict at N.
 
 Every entry is one `python -m compare` run with one timing window, written
 as soon as it ends.
@@ -72,12 +73,15 @@ def detection_runs(strategies) -> dict:
     last = DEFAULT_STEPS[s]
     for n in sorted({*[n for n in LATE_STEPS if n <= last], last}):
       for kind in ("from", "at"):
+        # The steps after N cannot move the verdict at N (each check steps
+        # from the shared state): one more step past N, or the last.
         runs[f"{s}_{kind}_{n}"] = [
-            "--strategy", s, "--steps", str(last), "--check-every", "10",
+            "--strategy", s, "--steps", str(min(n + 1, last)),
+            "--check-every", "10",
             "--negative-control", f"update-1pct-{kind}:{n}"]
   if "data_parallel" in strategies:
     runs["data_parallel_grad_0.2pct_from_120"] = [
-        "--strategy", "data_parallel", "--steps", "200", "--check-every",
+        "--strategy", "data_parallel", "--steps", "121", "--check-every",
         "10", "--negative-control", "grad-0.2pct-from:120"]
   return runs
 
