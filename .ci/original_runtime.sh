@@ -54,8 +54,9 @@ part "compare data_parallel" python -m compare --strategy data_parallel \
   --steps 3 --windows 2 --json "$out/data_parallel.json"
 part "compare ensemble" python -m compare --strategy ensemble \
   --epochs 1 --windows 2 --json "$out/ensemble.json"
-part "compare accumulation" python -m compare --strategy accumulation \
-  --steps 3 --windows 2 --json "$out/accumulation.json"
+part "compare accumulation (past the flip at step 10)" python -m compare \
+  --strategy accumulation --steps 12 --windows 2 \
+  --json "$out/accumulation.json"
 part "compare ensemble_data (the nested pmap)" python -m compare \
   --strategy ensemble_data --epochs 1 --windows 2 \
   --json "$out/ensemble_data.json"

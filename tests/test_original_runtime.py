@@ -29,7 +29,9 @@ RUNS = {
     "ensemble": ["--strategy", "ensemble", "--epochs", "1"],
     # The nested pmap, which only this runtime runs (jax 0.10 refuses it).
     "ensemble_data": ["--strategy", "ensemble_data", "--epochs", "1"],
-    "accumulation": ["--strategy", "accumulation", "--steps", "3"],
+    # Past step 10, where a ReLU input within rounding of zero flips in
+    # the 4-row microbatches (docs/jax-facts.md): excused, and asserted.
+    "accumulation": ["--strategy", "accumulation", "--steps", "12"],
     # pmap with hand-written all-gathers and reduce-scatters.
     "fsdp": ["--strategy", "fsdp", "--steps", "3"],
     "data_parallel_late": ["--strategy", "data_parallel", "--steps", "3",
@@ -77,6 +79,24 @@ def test_compare_reports_original_runtime_and_bitwise_pmap(strategy,
   assert verdicts == {"first_step": "bitwise", "lockstep": "bitwise",
                       "final": "bitwise"}, verdicts
   assert report["verdict"] == "pass"
+
+
+def test_the_flip_at_step_10_is_excused_where_every_port_took_pmaps_step(
+    tmp_path):
+  # jax 0.9.2's conv over a 4-row microbatch takes the other branch of one
+  # ReLU at step 10: the one-device reference and the data-parallel
+  # programs part from pmap, shard_map and jit there (88.7x the band), and
+  # the verdict says so instead of failing.
+  report = _report("accumulation", tmp_path)
+  assert report["steps"] == 12 and report["verdict"] == "pass"
+  lockstep = {(v["a"], v["b"]): v for v in report["equivalence"]
+              if v["at"] == "lockstep"}
+  assert lockstep["pmap", "shard_map"]["verdict"] == "bitwise"
+  # Measured at step 10 on the machines CI runs on; another CPU's kernels
+  # may round elsewhere or not flip at all, and the port is right either way.
+  flips = lockstep["pmap", "reference"]["flip_steps"]
+  assert flips in ([], [10]), flips
+  assert (lockstep["pmap", "reference"]["max_ratio"] > 10) == bool(flips)
 
 
 def test_a_teams_port_is_proved_against_the_original_runtime(tmp_path):
