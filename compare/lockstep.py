@@ -49,6 +49,8 @@ class _Pair:
 
   errors: list = dataclasses.field(default_factory=list)
   leaves: list = dataclasses.field(default_factory=list)  # where the worst
+  # Per checked step: `{metric: relative gap}` of the two steps' metrics.
+  metric_gaps: list = dataclasses.field(default_factory=list)
   bitwise_so_far: bool = True
   stopped_bitwise_at: int | None = None
 
@@ -78,6 +80,7 @@ class Lockstep:
     self.check_every, self.steps, self.n_devices = check_every, steps, n_devices
     self.rows, self.perturbation = rows, perturbation
     self.checked, self.band, self.seconds = [], [], 0.0
+    self.metric_band, self.batch_rows = {}, None
     self.shared_eval = None
     self.extra_steps = 0
     # Per run: the checked steps it started apart from the shared state,
@@ -124,16 +127,24 @@ class Lockstep:
     for name, before in self._before.items():
       if not equivalence.trees_same_bits(before, self._shared):
         self.apart[name].append(t)
-    results = {name: self._step_from_shared(run, t, host_batch)
+    stepped = {name: self._step_from_shared(run, t, host_batch)
                for name, run in self.runs.items()}
-    band = equivalence.update_error(self._calibration_step(t, host_batch),
-                                    self.reference.host, self._shared)
-    self.band.append(band)
+    results = {name: state for name, (state, _) in stepped.items()}
+    metrics = {name: m for name, (_, m) in stepped.items()}
+    calibration, calibration_metrics = self._calibration_step(t, host_batch)
+    self.band.append(equivalence.update_error(
+        calibration, self.reference.host, self._shared))
+    for key, gap in equivalence.metric_gaps(
+        calibration_metrics, self.reference.step_metrics).items():
+      self.metric_band[key] = max(self.metric_band.get(key, 0.0), gap)
+    self.batch_rows = len(next(iter(jax.tree.leaves(host_batch))))
     for (a, b), pair in self.pairs.items():
       error, leaf = equivalence.update_error_at(results[a], results[b],
                                                 self._shared)
       pair.errors.append(error)
       pair.leaves.append(leaf)
+      pair.metric_gaps.append(equivalence.metric_gaps(metrics[a],
+                                                      metrics[b]))
     for run, errors in self.witness_errors.items():
       errors.append(equivalence.update_error(
           results[run], results[self.witness], self._shared))
@@ -152,16 +163,17 @@ class Lockstep:
         for name, run in self.runs.items()}
 
   def _step_from_shared(self, run, t, host_batch):
-    """`run`'s step t from the shared state, as host arrays."""
+    """`run`'s step t from the shared state: its state and its metrics, as
+    host arrays."""
     if run is self.reference or equivalence.trees_same_bits(
         self._before[run.name], self._shared):
-      return run.host
+      return run.host, run.step_metrics
     state = place(run, self._shared, t - 1)
     batch = run.module.put_batch(self.rows(run, host_batch), run.placement)
-    state, _ = run.step(state, batch)
+    state, metrics = run.step(state, batch)
     self.extra_steps += 1
     self.stepped[run.name].append(t)
-    return run.module.to_host(state)
+    return run.module.to_host(state), run.module.metrics_to_host(metrics)
 
   def _calibration_step(self, t, host_batch):
     """The ground truth's step t from its own state, changed the way that
@@ -169,12 +181,13 @@ class Lockstep:
     change = self.perturbation(t)
     batch = change.batch(host_batch, t - 1, global_devices(self.n_devices))
     reference = self.reference
-    state, _ = reference.step(change.state(self._shared_state),
-                              reference.module.put_batch(
-                                  self.rows(reference, batch),
-                                  reference.placement))
+    state, metrics = reference.step(change.state(self._shared_state),
+                                    reference.module.put_batch(
+                                        self.rows(reference, batch),
+                                        reference.placement))
     self.extra_steps += 1
-    return reference.module.to_host(state)
+    return (reference.module.to_host(state),
+            reference.module.metrics_to_host(metrics))
 
   def report(self, multiple: float, reason: str) -> dict:
     """The checked steps, the band, every pair's errors, each port run's
@@ -190,7 +203,9 @@ class Lockstep:
         "witness_errors": self.witness_errors,
         "flip_limit": flip_limit(len(self.checked)),
         "shared_eval": self.shared_eval,
+        "metric_band": self.metric_band, "batch_rows": self.batch_rows,
         "pairs": {f"{a}~{b}": {"errors": pair.errors, "leaves": pair.leaves,
+                               "metric_gaps": pair.metric_gaps,
                                "stopped_bitwise_at": pair.stopped_bitwise_at,
                                "bitwise": pair.bitwise_so_far}
                   for (a, b), pair in self.pairs.items()}}

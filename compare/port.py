@@ -88,8 +88,17 @@ class Batches:
     return batch
 
   def first(self, count: int):
-    """The first `count` batches (already read ones are kept)."""
-    return [self(i) for i in range(count)]
+    """The first `count` batches, or as many as an iterable holds (already
+    read ones are kept): a port of fewer steps times on fewer batches."""
+    if self._call:
+      return [self._call(i) for i in range(count)]
+    out = []
+    for i in range(count):
+      try:
+        out.append(self(i))
+      except PortError:  # an iterable of fewer batches: all it had
+        break
+    return out
 
 
 def initial_state(port: Port):
@@ -226,6 +235,7 @@ def check_steps(port: Port, state, batch) -> None:
   _check_loss(metrics, "port_step", ())
   problem = problem or tree_difference(port_state, pmap_state,
                                        "port_step's state", "pmap_step's")
+  problem = problem or _static_difference(port_state, state, "port_step")
   if port.reference_step is not None and not problem:
     ref_state, metrics = _trace("reference_step", port.reference_step,
                                 _abstract(state), _abstract(batch))
@@ -234,6 +244,17 @@ def check_steps(port: Port, state, batch) -> None:
                               "the initial state")
   if problem:
     raise PortError(problem)
+
+
+def _static_difference(got, want, field: str) -> str | None:
+  """Where a step's state keeps its leaves but not its pytree (a static
+  field such as `tx` or `apply_fn` replaced), in words; the compiled steps
+  would refuse it later with jit's pytree-mismatch error."""
+  if jax.tree.structure(got) == jax.tree.structure(want):
+    return None
+  return (f"{field}'s state has the leaves of the initial state but "
+          "another pytree (a static field, such as tx or apply_fn, "
+          "differs): return state.replace(...) of the state it was given")
 
 
 def _trace(field, step, state, batch):

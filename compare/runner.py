@@ -60,6 +60,7 @@ class Run:
   losses: list = dataclasses.field(default_factory=list)
   since_eval: list = dataclasses.field(default_factory=list)
   first_step: object = None
+  step_metrics: dict = dataclasses.field(default_factory=dict)
   host: object = None
   initial: object = None  # a copy of the initial state (`compare.lockstep`)
   handover: dict | None = None  # what `--switch-at` handed over (pmap's)
@@ -202,6 +203,7 @@ def _step(run, host_batch, i, n_devices):
     # compile at different speeds.
     distributed.barrier(f"first-step-{run.name}")
   run.state, metrics = run.step(run.state, batch)
+  run.step_metrics = run.module.metrics_to_host(metrics)
   run.since_eval.append(run_metrics.train_metrics(run.module, metrics))
   run.losses.append(run.since_eval[-1]["loss"])
   run.host = run.module.to_host(run.state)

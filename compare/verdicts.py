@@ -102,6 +102,48 @@ def _excused(checks, a, b, over, witnessed):
   return flips if len(flips) <= checks.get("flip_limit", 0) else []
 
 
+# A metric of one step from the same state (a loss, a learning rate, a norm)
+# differs only in summation order: a few float32 roundings of itself, and a
+# ReLU flip moves no loss (ReLU is continuous). A metric reported wrong moves
+# far more: one device's loss x 1.01 in 8 moves their mean by 1.25e-3.
+METRIC_RTOL = 1e-5
+
+
+def _metric_allowed(checks, key):
+  """How far a metric of one step may lie from its partner's: an accuracy
+  by one example of the batch; any other by `METRIC_RTOL` of itself or
+  the multiple of what the calibration step moved it, the larger."""
+  if "acc" in key and checks.get("batch_rows"):
+    return (1.0 + 1e-6) / checks["batch_rows"], "absolute"
+  band = checks.get("metric_band", {}).get(key, 0.0)
+  return max(METRIC_RTOL, checks["multiple"] * band), "relative"
+
+
+def _metric_failure(checks, pair):
+  """The first checked step where a metric of the pair lies too far apart:
+  `(index, metric, gap, allowed)`, or None."""
+  for i, gaps in enumerate(pair.get("metric_gaps", [])):
+    for key, gap in gaps.items():
+      allowed, _ = _metric_allowed(checks, key)
+      if gap > allowed:
+        return i, key, gap, allowed
+  return None
+
+
+def _metric_fields(checks, pair):
+  """The pair's metrics in the lockstep entry: the largest gap of each, and
+  the first step where one lies too far apart."""
+  largest = {}
+  for gaps in pair.get("metric_gaps", []):
+    for key, gap in gaps.items():
+      largest[key] = max(largest.get(key, 0.0), gap)
+  failure = _metric_failure(checks, pair)
+  return {"metric_max_gap": largest,
+          "metric_fail": None if failure is None else {
+              "step": checks["steps"][failure[0]], "metric": failure[1],
+              "gap": failure[2], "allowed": failure[3]}}
+
+
 def lockstep(strategy, checks: dict) -> list[dict]:
   """Every pair at every checked step, from the shared state, against the
   one-step band (`compare.lockstep`); a pair of two programs that parts at
@@ -121,7 +163,10 @@ def lockstep(strategy, checks: dict) -> list[dict]:
     flips = _excused(checks, a, b, over, witnessed)
     failing = [int(i) for i in over if int(i) not in flips]
     worst = int(np.argmax(ratios)) if len(ratios) else 0
-    if not np.any(errors):
+    metric = _metric_failure(checks, pair)
+    if metric is not None:
+      verdict = equivalence.DIFFER
+    elif not np.any(errors):
       verdict = equivalence.BITWISE
     else:
       verdict = equivalence.DIFFER if len(failing) else equivalence.CLOSE
@@ -137,6 +182,7 @@ def lockstep(strategy, checks: dict) -> list[dict]:
         "first_fail_leaf": (pair.get("leaves", [""] * len(errors))[
             int(failing[0])] if len(failing) else None),
         "flip_steps": [checks["steps"][i] for i in flips],
+        **_metric_fields(checks, pair),
         "allowed_ratio": checks["multiple"],
         "stopped_bitwise_at": pair["stopped_bitwise_at"]})
   return results
@@ -237,8 +283,17 @@ def first_failure(verdicts: list[dict]) -> str | None:
             f"at {v['worst']} (rtol {v['rtol']:g}, atol {v['atol']:g} of "
             "the leaf's largest)")
   steps = [v for v in failing if v["at"] == "lockstep"]
+  first_step = lambda v: min(  # pylint: disable=unnecessary-lambda-assignment
+      t for t in (v["first_fail_step"],
+                  (v.get("metric_fail") or {}).get("step")) if t)
   if steps:
-    v = min(steps, key=lambda v: v["first_fail_step"])
+    v = min(steps, key=first_step)
+    m = v.get("metric_fail")
+    if m and m["step"] == first_step(v):
+      return (f"first at step {m['step']}: {v['a']} vs {v['b']}, their "
+              f"steps from the shared state report {m['metric']} "
+              f"differently (gap {m['gap']:.3g} of it, allowed "
+              f"{m['allowed']:.3g})")
     return (f"first at step {v['first_fail_step']}: {v['a']} vs {v['b']}, "
             "their steps from the shared state differ by "
             f"{v['first_fail_ratio']:.3g}x the one-step band (allowed "

@@ -103,6 +103,8 @@ def test_a_toy_port_without_reference_or_evaluate_is_judged_on_pmap():
     ("wrong_callable", "port_step is not callable (got str)"),
     ("wrong_reference", "reference_step's state has no leaf .params['b']"),
     ("wrong_state", "init: the state must be a flax struct train state"),
+    ("wrong_static", "port_step's state has the leaves of the initial state "
+                     "but another pytree"),
 ])
 def test_a_plugging_mistake_fails_with_one_line(name, words):
   with pytest.raises(compare.PortError) as error:
@@ -110,6 +112,28 @@ def test_a_plugging_mistake_fails_with_one_line(name, words):
   assert words in str(error.value) and "\n" not in str(error.value)
   with pytest.raises(AssertionError, match="^toy: "):
     testing.assert_port_equivalent(getattr(toy_ports, name)())
+
+
+@pytest.mark.parametrize("first_step", [1, 5, 12])
+def test_a_metric_pmap_reports_wrong_fails_at_its_step_naming_it(first_step):
+  # Device 0's loss x 1.01 from step N (from the first, mid-run, the last):
+  # the states stay bitwise, the metric is judged at every step.
+  proof = compare.prove(toy_ports.pmap_metric_off_from(first_step),
+                        windows=1)
+  assert proof.verdict == "fail" and proof.exit_code == 1
+  assert proof.first_failure.startswith(
+      f"first at step {first_step}: port vs pmap, their steps from the "
+      "shared state report loss differently"), proof.first_failure
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_fewer_steps_than_the_timing_batches_prove(steps):
+  # Exactly `steps` batches, as a list: the timing windows take what the
+  # port has instead of reading past it.
+  batch = toy_ports.batches()
+  port = toy_ports.port(steps=steps, batches=[batch(i) for i in range(steps)])
+  proof = compare.prove(port, windows=1)
+  assert proof.verdict == "pass", proof.first_failure
 
 
 def test_batches_given_as_a_list_are_read_in_order():

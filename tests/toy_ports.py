@@ -140,3 +140,33 @@ def evaluate_raises():
 
 def factory_raises():
   _raises()
+
+
+def _device0_loss_off_from(first_step):
+  """pmap's step, its reported loss x 1.01 on device 0 from `first_step`
+  (a wrong reduction of a metric: the state stays right)."""
+  right = _step("batch")
+
+  def step(state, batch):
+    state_after, metrics = right(state, batch)
+    wrong = (lax.axis_index("batch") == 0) & (state.step + 1 >= first_step)
+    loss = jnp.where(wrong, metrics["loss"] * 1.01, metrics["loss"])
+    return state_after, {"loss": loss}
+
+  return step
+
+
+def pmap_metric_off_from(first_step=5):
+  """The right port; pmap's own step reports device 0's loss 1% high from
+  `first_step` on."""
+  return port(pmap_step=jax.pmap(_device0_loss_off_from(first_step),
+                                 axis_name="batch"))
+
+
+def _other_tx(state, batch):
+  state, metrics = _step_one_device(state, batch)
+  return state.replace(tx=optax.sgd(0.1)), metrics
+
+
+def wrong_static():
+  return port(port_step=_other_tx)
