@@ -100,7 +100,9 @@ def summarise(report: dict) -> dict:
 
 
 def _measure(name, flags, folder):
-  entry = lockstep_runs._compare(name, flags, folder)  # pylint: disable=protected-access
+  commit = measure.commit_of(pathlib.Path.cwd())
+  entry = {"commit": commit,
+           **lockstep_runs._compare(name, flags, folder)}  # pylint: disable=protected-access
   path = pathlib.Path(folder) / f"{name}.json"
   if path.exists():
     entry.update(summarise(json.loads(path.read_text())))

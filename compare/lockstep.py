@@ -95,6 +95,7 @@ class Lockstep:
       run.host = run.module.to_host(run.state)
     self._shared = self.reference.host
     self._before = {name: run.host for name, run in self.runs.items()}
+    self.initial = self.reference.host  # the common initial state
 
   def is_checked(self, t: int) -> bool:
     """Step 1, every `check_every`-th step and the last are checked (none
@@ -204,6 +205,7 @@ class Lockstep:
         "flip_limit": flip_limit(len(self.checked)),
         "shared_eval": self.shared_eval,
         "metric_band": self.metric_band, "batch_rows": self.batch_rows,
+        "initial": self.initial,
         "pairs": {f"{a}~{b}": {"errors": pair.errors, "leaves": pair.leaves,
                                "metric_gaps": pair.metric_gaps,
                                "stopped_bitwise_at": pair.stopped_bitwise_at,

@@ -115,6 +115,10 @@ def _pair_line(v):
         + (f"; a rounding flip at step(s) {_steps(v['flip_steps'])} "
            "(excused: two programs, every port run took pmap's step)"
            if v.get("flip_steps") else ""))
+  if "band_ratio" in v:
+    return head + (f"{v['band_ratio']:.2f}x the one-step band (allowed "
+                   f"{v['allowed_ratio']:g}x), max_abs={v['max_abs']:.2e} "
+                   f"max_ulp={v['max_ulp']}")
   return head + (f"max_abs={v['max_abs']:.2e} max_ulp={v['max_ulp']}"
                  + (f" (rtol={v['rtol']:g}, atol={v['atol']:g}*max|leaf|)"
                     if v["at"] == "first_step" else ""))

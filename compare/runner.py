@@ -331,7 +331,9 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
   by_name = {run.name: run for run in runs}
   calibration_report = _calibration_report(strategy, calibrations, drift)
   results = verdicts.first_step(
-      strategy, pairs, {r.name: r.first_step for r in runs})
+      strategy, pairs, {r.name: r.first_step for r in runs},
+      checks if checks["checked_steps"] else None)
+  del checks["initial"]  # host arrays: not for the report
   results += verdicts.lockstep(strategy, checks)
   handed = (by_name[switch.SOURCE].handover if switch.SOURCE in by_name
             else None)
