@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from compare import adapt
 from compare import conversions
 
 
@@ -102,18 +103,33 @@ class Batches:
 
 
 def initial_state(port: Port):
-  """The port's initial host state, checked to be a train state."""
+  """The port's initial host state: a flax struct train state as it is,
+  any other pytree (a NamedTuple, a tuple of params and optimiser state, a
+  dict) held with the harness's own step counter (`adapt.HeldState`)."""
   state = _called("init", port.init) if callable(port.init) else port.init
-  missing = [f for f in ("params", "opt_state", "step")
-             if not hasattr(state, f)]
-  if not dataclasses.is_dataclass(state) or not hasattr(state, "replace") \
-      or missing:
-    raise PortError(
-        "init: the state must be a flax struct train state with params, "
-        f"opt_state and step (e.g. a TrainState), got {type(state).__name__}")
+  if not jax.tree.leaves(state):
+    raise PortError(f"init: the state holds no arrays (got "
+                    f"{type(state).__name__})")
+  if not adapt.is_train_state(state):
+    state = adapt.hold(state)
   # Python scalars (TrainState.create's step) as the arrays jax makes of
   # them (int32 unless x64): the dtypes the steps return.
-  return jax.device_get(jax.tree.map(jax.numpy.asarray, state))
+  return adapt.to_numpy(state)
+
+
+def in_harness_shape(port: Port, state) -> Port:
+  """`port` with its steps (and `evaluate`) taking the state the harness
+  holds: a held state's run the team's own on its tree. A train state's
+  are left as written (their metrics become a dict as they are read)."""
+  if not isinstance(state, adapt.HeldState):
+    return port
+  steps = {f: adapt.held_step(getattr(port, f), compiled=f != "pmap_step")
+           for f in ("pmap_step", "port_step", "reference_step")
+           if getattr(port, f) is not None}
+  evaluate = port.evaluate
+  if evaluate is not None:
+    evaluate = lambda held: port.evaluate(adapt.tree_of(held))  # pylint: disable=unnecessary-lambda-assignment
+  return dataclasses.replace(port, evaluate=evaluate, **steps)
 
 
 def _called(field, function, *args):
@@ -206,44 +222,91 @@ def _abstract(tree, sharding=None):
       np.shape(x), np.asarray(x).dtype, sharding=sharding), tree)
 
 
-def _check_loss(metrics, what: str, shape: tuple) -> None:
-  loss = metrics.get("loss") if isinstance(metrics, dict) else None
-  if loss is None or tuple(np.shape(loss)) != shape:
+def _check_loss(metrics, what: str, shapes: tuple) -> None:
+  loss = adapt.metrics_dict(metrics).get("loss")
+  if loss is None or tuple(np.shape(loss)) not in shapes:
     raise PortError(f"{what} must return (state, metrics) with a scalar "
-                    "metrics['loss']" + (" per device" if shape else ""))
+                    "loss (metrics['loss'], the metrics themselves, or the "
+                    "first of a tuple)"
+                    + (" per device" if () not in shapes else ""))
 
 
-def check_steps(port: Port, state, batch) -> None:
+def _same_metrics(got, want, what: str, against: str) -> str | None:
+  got = sorted(adapt.metrics_dict(got))
+  want = sorted(adapt.metrics_dict(want))
+  if got == want:
+    return None
+  return (f"{what} reports metrics {got} where {against} reports {want}: "
+          "every metric is judged at every step")
+
+
+# pmap's two layouts of the state: the classic copy per device, stacked on
+# a leading axis (`in_axes=0`), or broadcast to every device as one array
+# (the new style's `in_axes=None, out_axes=None`).
+STACKED, BROADCAST = "stacked", "broadcast"
+
+
+def _trace_pmap(port: Port, state, batch):
+  """pmap's step traced on the state as it takes it: stacked, or else
+  broadcast. Returns `(its state without a device axis, its metrics,
+  layout)`."""
+  n = port.mesh.size
+  split = _abstract(conversions.split_batch(batch, n))
+  stacked = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+      (n, *np.shape(x)), np.asarray(x).dtype), state)
+  try:
+    out, metrics = _trace("pmap_step", port.pmap_step, stacked, split)
+    out = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
+                       out)
+    return out, metrics, STACKED
+  except PortError as stacked_error:
+    try:
+      out, metrics = _trace("pmap_step", port.pmap_step, _abstract(state),
+                            split)
+    except PortError:
+      raise stacked_error from None
+    if tree_difference(out, state, "", "") is not None:
+      raise PortError("pmap_step takes the state broadcast (in_axes=None) "
+                      "but returns it stacked: give it out_axes=None for "
+                      "the state, as flax's examples do") from None
+    return out, metrics, BROADCAST
+
+
+def check_steps(port: Port, state, batch) -> str:
   """Traces every step on abstract values: each must return the state's
-  tree (leaves, shapes, dtypes) and a scalar loss."""
+  tree (leaves, shapes, dtypes), a scalar loss and pmap's metrics.
+
+  Returns:
+    pmap's layout of the state, `STACKED` or `BROADCAST`.
+  """
   from jax.sharding import NamedSharding  # pylint: disable=g-import-not-at-top
   from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
   n = port.mesh.size
-  stacked = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
-      (n, *np.shape(x)), np.asarray(x).dtype), state)
-  pmap_state, metrics = _trace("pmap_step", port.pmap_step, stacked,
-                               _abstract(conversions.split_batch(batch, n)))
-  _check_loss(metrics, "pmap_step", (n,))
-  pmap_state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
-      x.shape[1:], x.dtype), pmap_state)
+  pmap_state, pmap_metrics, layout = _trace_pmap(port, state, batch)
+  _check_loss(pmap_metrics, "pmap_step", ((n,), ()))
   problem = tree_difference(pmap_state, state, "pmap_step's state",
                             "the initial state")
   on_mesh = _abstract(state, NamedSharding(port.mesh, P()))
   rows = NamedSharding(port.mesh, P(port.mesh.axis_names))
   port_state, metrics = _trace("port_step", port.port_step, on_mesh,
                                _abstract(batch, rows))
-  _check_loss(metrics, "port_step", ())
+  _check_loss(metrics, "port_step", ((),))
   problem = problem or tree_difference(port_state, pmap_state,
                                        "port_step's state", "pmap_step's")
   problem = problem or _static_difference(port_state, state, "port_step")
+  problem = problem or _same_metrics(metrics, pmap_metrics, "port_step",
+                                     "pmap_step")
   if port.reference_step is not None and not problem:
     ref_state, metrics = _trace("reference_step", port.reference_step,
                                 _abstract(state), _abstract(batch))
-    _check_loss(metrics, "reference_step", ())
+    _check_loss(metrics, "reference_step", ((),))
     problem = tree_difference(ref_state, state, "reference_step's state",
                               "the initial state")
+    problem = problem or _same_metrics(metrics, pmap_metrics,
+                                       "reference_step", "pmap_step")
   if problem:
     raise PortError(problem)
+  return layout
 
 
 def _static_difference(got, want, field: str) -> str | None:
@@ -268,23 +331,40 @@ def _trace(field, step, state, batch):
   return out
 
 
-def check(port: Port):
-  """Every check of a `Port`, before anything compiles.
+@dataclasses.dataclass(frozen=True)
+class Checked:
+  """A `Port` checked and in the harness's shape.
 
-  Returns:
-    `(initial host state, its Batches, the global batch's rows)`.
+  Attributes:
+    port: the port, its steps taking the state the harness holds.
+    state: the initial host state (a train state, or `adapt.HeldState`).
+    batches: its `Batches`.
+    rows: the global batch's rows.
+    pmap_layout: how pmap's step takes the state: `STACKED` or
+      `BROADCAST`.
   """
+
+  port: Port
+  state: Any
+  batches: Batches
+  rows: int
+  pmap_layout: str
+
+
+def check(port: Port) -> Checked:
+  """Every check of a `Port`, before anything compiles."""
   if not isinstance(port, Port):
     raise PortError(f"expected a compare.Port, got {type(port).__name__}")
   _check_callables(port)
   state = initial_state(port)
+  port = in_harness_shape(port, state)
   batches = Batches(port.batches)
   batch = _called("batches", batches, 0)
   rows = check_batch(batch, port.mesh.size)
-  check_steps(port, state, batch)
+  layout = check_steps(port, state, batch)
   if port.evaluate is not None:
     _check_metrics(_called("evaluate", port.evaluate, state))
-  return state, batches, rows
+  return Checked(port, state, batches, rows, layout)
 
 
 def _check_metrics(metrics) -> None:

@@ -11,9 +11,11 @@ import dataclasses
 import jax
 import numpy as np
 
+from compare import adapt
 from compare import conversions
 from compare import negative_controls as controls
 from compare import perturbations
+from compare import port as port_module
 from compare.reference import OneDevice
 from compare.strategies.base import RunSpec
 from compare.strategies.base import Strategy
@@ -94,10 +96,25 @@ class PmapRun(_Run):
     return conversions.unreplicate(state)
 
   def metrics_to_host(self, metrics):
-    """Per-device values averaged (equal where the step pmean'd them)."""
+    """Per-device values averaged (equal where the step pmean'd them), as a
+    dict (`adapt.metrics_dict`)."""
     return jax.tree.map(lambda x: np.mean(np.asarray(x), axis=0)
                         if np.ndim(x) else np.asarray(x),
-                        jax.device_get(metrics))
+                        jax.device_get(adapt.metrics_dict(metrics)))
+
+
+class BroadcastPmapRun(PmapRun):
+  """The new pmap style (`in_axes=None, out_axes=None` for the state): one
+  state broadcast to every device, not a stacked copy per device."""
+
+  CHECKPOINTS = mesh_devices
+
+  def create_state(self, seed, config, placement):
+    del seed, config
+    return conversions.to_mesh(self._state, self._port.mesh)
+
+  def host_state(self, state):
+    return jax.device_get(state)
 
 
 class MeshRun(_Run):
@@ -122,7 +139,7 @@ class MeshRun(_Run):
     return jax.device_get(state)
 
   def metrics_to_host(self, metrics):
-    return jax.device_get(metrics)
+    return jax.device_get(adapt.metrics_dict(metrics))
 
 
 class ReferenceRun(MeshRun):
@@ -154,12 +171,15 @@ class PortStrategy(Strategy):
   tolerances = {"first_step": FIRST_STEP, "final": FINAL}
   loss_convention = "the train loss as the steps return it (pmap's averaged over devices)"
 
-  def __init__(self, port, state, batches, rows):
+  def __init__(self, checked):
+    port, state, batches = checked.port, checked.state, checked.batches
     self.name, self._batches = port.name, batches
     self._nudge = (perturbations.BatchNudge
                    if perturbations.has_floats(batches(0))
                    else perturbations.StateNudge)
-    runs = [RunSpec("pmap", PmapRun(port, state, port.pmap_step), "pmap"),
+    pmap = (PmapRun if checked.pmap_layout == port_module.STACKED
+            else BroadcastPmapRun)
+    runs = [RunSpec("pmap", pmap(port, state, port.pmap_step), "pmap"),
             RunSpec("port", MeshRun(port, state, port.port_step), "port")]
     if port.reference_step is not None:
       runs.append(RunSpec("reference", ReferenceRun(
@@ -175,7 +195,7 @@ class PortStrategy(Strategy):
         "its state's floats nudged by one ulp")
     self.judged_metrics = (("train_loss",) if port.evaluate is None else
                            tuple(port.evaluate(state)))
-    self.config = PortConfig("team program", port.steps, rows)
+    self.config = PortConfig("team program", port.steps, checked.rows)
 
   def train_batches(self, config, data):
     del data

@@ -74,8 +74,7 @@ def prepare(port, steps: int | None = None):
   from compare import port_runs  # pylint: disable=g-import-not-at-top
   if steps is not None:
     port = dataclasses.replace(port, steps=steps)
-  state, batches, rows = port_module.check(port)
-  strategy = port_runs.PortStrategy(port, state, batches, rows)
+  strategy = port_runs.PortStrategy(port_module.check(port))
   return strategy, strategy.config
 
 

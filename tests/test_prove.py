@@ -102,7 +102,8 @@ def test_a_toy_port_without_reference_or_evaluate_is_judged_on_pmap():
     ("wrong_split", "batches: 60 rows do not split over 8 devices"),
     ("wrong_callable", "port_step is not callable (got str)"),
     ("wrong_reference", "reference_step's state has no leaf .params['b']"),
-    ("wrong_state", "init: the state must be a flax struct train state"),
+    ("wrong_state", "pmap_step fails on the initial state and first batch: "
+                    "AttributeError"),
     ("wrong_static", "port_step's state has the leaves of the initial state "
                      "but another pytree"),
 ])
