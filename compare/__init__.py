@@ -22,6 +22,7 @@ import importlib
 import typing
 
 if typing.TYPE_CHECKING:  # the names, for type checkers and the guide
+  from compare.adapt import adapt_step
   from compare.conversions import device_key
   from compare.conversions import replicate
   from compare.conversions import shard_batch
@@ -38,6 +39,7 @@ if typing.TYPE_CHECKING:  # the names, for type checkers and the guide
 # Public name -> the module that defines it.
 _PUBLIC = {
     "Port": "compare.port",
+    "adapt_step": "compare.adapt",
     "PortError": "compare.port",
     "Proof": "compare.proof",
     "prove": "compare.proof",

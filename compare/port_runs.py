@@ -15,7 +15,7 @@ from compare import adapt
 from compare import conversions
 from compare import negative_controls as controls
 from compare import perturbations
-from compare import port as port_module
+from compare import port_steps
 from compare.reference import OneDevice
 from compare.strategies.base import RunSpec
 from compare.strategies.base import Strategy
@@ -177,7 +177,7 @@ class PortStrategy(Strategy):
     self._nudge = (perturbations.BatchNudge
                    if perturbations.has_floats(batches(0))
                    else perturbations.StateNudge)
-    pmap = (PmapRun if checked.pmap_layout == port_module.STACKED
+    pmap = (PmapRun if checked.pmap_layout == port_steps.STACKED
             else BroadcastPmapRun)
     runs = [RunSpec("pmap", pmap(port, state, port.pmap_step), "pmap"),
             RunSpec("port", MeshRun(port, state, port.port_step), "port")]

@@ -152,11 +152,11 @@ def test_the_readme_example_runs(capsys):
 
 
 def test_a_dtype_alone_is_a_tree_difference_naming_it():
-  from compare import port  # pylint: disable=g-import-not-at-top
+  from compare import port_steps  # pylint: disable=g-import-not-at-top
   same = {"w": np.zeros(3, np.float32)}
   half = {"w": np.zeros(3, np.float16)}
-  assert port.tree_difference(same, same, "got", "want") is None
-  assert port.tree_difference(half, same, "port_step's state",
+  assert port_steps.tree_difference(same, same, "got", "want") is None
+  assert port_steps.tree_difference(half, same, "port_step's state",
                               "pmap_step's") == (
       "port_step's state differs at ['w']: float16[3] where pmap_step's "
       "has float32[3]")

@@ -127,6 +127,15 @@ def test_a_metric_pmap_reports_wrong_fails_at_its_step_naming_it(first_step):
       "shared state report loss differently"), proof.first_failure
 
 
+def test_a_train_state_pmapd_the_new_way_proves_as_written():
+  # flax's imagenet example: `in_axes=(None, 0), out_axes=(None, 0)`.
+  proof = compare.prove(toy_ports.broadcast_pmap_port(), windows=1)
+  assert proof.verdict == "pass", proof.first_failure
+  late = compare.prove(toy_ports.broadcast_pmap_port(), windows=1,
+                       control="update-1pct-at:7")
+  assert late.first_failure.startswith("first at step 7: port vs pmap")
+
+
 @pytest.mark.parametrize("steps", [1, 3])
 def test_fewer_steps_than_the_timing_batches_prove(steps):
   # Exactly `steps` batches, as a list: the timing windows take what the

@@ -170,3 +170,10 @@ def _other_tx(state, batch):
 
 def wrong_static():
   return port(port_step=_other_tx)
+
+
+def broadcast_pmap_port():
+  """The right port; pmap'd the new way, as flax's imagenet example does
+  today: the state broadcast (`in_axes=(None, 0), out_axes=(None, 0)`)."""
+  return port(pmap_step=jax.pmap(_step("batch"), axis_name="batch",
+                                 in_axes=(None, 0), out_axes=(None, 0)))

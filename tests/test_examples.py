@@ -1,0 +1,59 @@
+"""Teams' programs not shaped like ours, proved through the public API only:
+the pmap tutorial's linear regression (a `Params` NamedTuple and
+`update(params, xs, ys)`) and an optax `(params, opt_state)` program pmap'd
+the new way (the state broadcast). Each proves, its wrong port fails at step
+1, a late mistake planted in its port fails at its step, and its plugging
+code stays short.
+"""
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import compare
+from compare import testing
+from examples.linear_regression import prove as linear_regression
+from examples.optax_tuple import prove as optax_tuple
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+EXAMPLES = {"linear_regression": (linear_regression, "psum_port",
+                                  "prove-the-tutorial"),
+            "optax_tuple": (optax_tuple, "lr_port", "prove-a-tuple-state")}
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_the_example_proves_and_its_wrong_port_fails_at_step_1(name):
+  module, wrong, _ = EXAMPLES[name]
+  proof = testing.assert_port_equivalent(module.port(), windows=1)
+  assert proof.verdict == "pass"
+  with pytest.raises(AssertionError, match="first at step 1: port vs pmap"):
+    testing.assert_port_equivalent(getattr(module, wrong)(), windows=1)
+
+
+@pytest.mark.parametrize("name, step", [("linear_regression", 13),
+                                        ("optax_tuple", 20)])
+def test_a_late_mistake_in_the_examples_port_fails_at_its_step(name, step):
+  # The harness counts the steps of a state that has no counter of its own.
+  proof = compare.prove(EXAMPLES[name][0].port(), windows=1,
+                        control=f"update-1pct-at:{step}")
+  assert proof.exit_code == 1
+  assert proof.first_failure.startswith(f"first at step {step}: port vs pmap")
+
+
+def test_the_tutorial_proves_from_the_command_line():
+  done = subprocess.run(
+      [sys.executable, "-m", "compare", "--program",
+       "examples.linear_regression.prove:port", "--windows", "1"],
+      cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+  assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+  assert done.stdout.splitlines()[-1] == "verdict: pass"
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_the_plugging_code_is_30_lines_or_fewer(name):
+  module, _, region = EXAMPLES[name]
+  text = pathlib.Path(module.__file__).read_text(encoding="utf-8")
+  body = text.split(f"# region: {region}\n")[1].split("# endregion")[0]
+  assert 5 < len(body.strip().splitlines()) <= 30
