@@ -1,9 +1,11 @@
 """Teams' programs not shaped like ours, proved through the public API only:
 the pmap tutorial's linear regression (a `Params` NamedTuple and
-`update(params, xs, ys)`) and an optax `(params, opt_state)` program pmap'd
-the new way (the state broadcast). Each proves, its wrong port fails at step
-1, a late mistake planted in its port fails at its step, and its plugging
-code stays short.
+`update(params, xs, ys)`), an optax `(params, opt_state)` program pmap'd
+the new way (the state broadcast) with a `jit` port, a Flax NNX program
+(`nnx.pmap` to `nnx.shard_map`, its state an `nnx.State`) and an equinox
+program (`eqx.filter_pmap`; equinox is a test extra). Each proves, its
+wrong port fails at step 1, a late mistake planted in its port fails at its
+step, and its plugging code stays short.
 """
 
 import pathlib
@@ -15,12 +17,17 @@ import pytest
 import compare
 from compare import testing
 from examples.linear_regression import prove as linear_regression
+from examples.equinox_mlp import prove as equinox_mlp
+from examples.nnx_mlp import prove as nnx_mlp
 from examples.optax_tuple import prove as optax_tuple
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = {"linear_regression": (linear_regression, "psum_port",
                                   "prove-the-tutorial"),
-            "optax_tuple": (optax_tuple, "lr_port", "prove-a-tuple-state")}
+            "optax_tuple": (optax_tuple, "lr_port", "prove-a-tuple-state"),
+            "nnx_mlp": (nnx_mlp, "wrong_port", "prove-an-nnx-program"),
+            "equinox_mlp": (equinox_mlp, "wrong_port",
+                            "prove-an-equinox-program")}
 
 
 @pytest.mark.parametrize("name", list(EXAMPLES))
@@ -33,7 +40,8 @@ def test_the_example_proves_and_its_wrong_port_fails_at_step_1(name):
 
 
 @pytest.mark.parametrize("name, step", [("linear_regression", 13),
-                                        ("optax_tuple", 20)])
+                                        ("optax_tuple", 20), ("nnx_mlp", 7),
+                                        ("equinox_mlp", 1)])
 def test_a_late_mistake_in_the_examples_port_fails_at_its_step(name, step):
   # The harness counts the steps of a state that has no counter of its own.
   proof = compare.prove(EXAMPLES[name][0].port(), windows=1,
