@@ -152,23 +152,28 @@ def _update(after, before) -> float:
                       - np.asarray(before, np.float64)).max(initial=0.0))
 
 
-def metric_gaps(a: dict, b: dict) -> dict[str, float]:
-  """Each metric both steps report: its largest |a - b|, relative to the
-  largest |b| (0.0 for equal bits; inf where non-finite). A metric may be
-  a scalar or an array (one value per ensemble member)."""
+def metric_gaps(a: dict, b: dict) -> dict[str, list[float]]:
+  """Each metric both steps report: `[its largest |a - b|, the largest
+  |b|]` (`[0.0, ...]` for equal bits; inf where non-finite or shapes
+  differ). A metric may be a scalar or an array (one value per member)."""
   gaps = {}
   for key in sorted(set(a) & set(b)):
     x, y = np.asarray(a[key], np.float64), np.asarray(b[key], np.float64)
+    scale = float(np.abs(y).max(initial=0.0))
     if same_bits(np.asarray(a[key]), np.asarray(b[key])):
-      gaps[key] = 0.0
-      continue
-    if x.shape != y.shape:
-      gaps[key] = float("inf")
-      continue
-    diff = np.abs(x - y).max(initial=0.0)
-    scale = max(np.abs(y).max(initial=0.0), np.finfo(np.float64).tiny)
-    gaps[key] = float(diff / scale) if np.isfinite(diff) else float("inf")
+      gaps[key] = [0.0, scale]
+    elif x.shape != y.shape:
+      gaps[key] = [float("inf"), scale]
+    else:
+      diff = float(np.abs(x - y).max(initial=0.0))
+      gaps[key] = [diff if np.isfinite(diff) else float("inf"), scale]
   return gaps
+
+
+def relative_gap(gap: list[float]) -> float:
+  """A `metric_gaps` entry as a fraction of the metric's magnitude."""
+  diff, scale = gap
+  return diff / max(scale, np.finfo(np.float64).tiny) if diff else 0.0
 
 
 def trees_same_bits(a, b) -> bool:

@@ -137,7 +137,8 @@ class Lockstep:
         calibration, self.reference.host, self._shared))
     for key, gap in equivalence.metric_gaps(
         calibration_metrics, self.reference.step_metrics).items():
-      self.metric_band[key] = max(self.metric_band.get(key, 0.0), gap)
+      self.metric_band[key] = max(self.metric_band.get(key, 0.0),
+                                  equivalence.relative_gap(gap))
     self.batch_rows = len(next(iter(jax.tree.leaves(host_batch))))
     for (a, b), pair in self.pairs.items():
       error, leaf = equivalence.update_error_at(results[a], results[b],

@@ -130,14 +130,16 @@ def _excused(checks, a, b, over, witnessed):
 METRIC_RTOL = 1e-5
 
 
-def _metric_allowed(checks, key):
-  """How far a metric of one step may lie from its partner's: an accuracy
-  by one example of the batch; any other by `METRIC_RTOL` of itself or
-  the multiple of what the calibration step moved it, the larger."""
+def _step_metric(checks, key, gap):
+  """`(gap, allowed)` of one metric at one step: an accuracy's absolute
+  gap against one example of the batch; any other's gap relative to it
+  against `METRIC_RTOL` or the multiple of what the calibration step moved
+  it, the larger."""
   if "acc" in key and checks.get("batch_rows"):
-    return (1.0 + 1e-6) / checks["batch_rows"], "absolute"
+    return gap[0], (1.0 + 1e-6) / checks["batch_rows"]
   band = checks.get("metric_band", {}).get(key, 0.0)
-  return max(METRIC_RTOL, checks["multiple"] * band), "relative"
+  return (equivalence.relative_gap(gap),
+          max(METRIC_RTOL, checks["multiple"] * band))
 
 
 def _metric_failure(checks, pair):
@@ -145,19 +147,20 @@ def _metric_failure(checks, pair):
   `(index, metric, gap, allowed)`, or None."""
   for i, gaps in enumerate(pair.get("metric_gaps", [])):
     for key, gap in gaps.items():
-      allowed, _ = _metric_allowed(checks, key)
-      if gap > allowed:
-        return i, key, gap, allowed
+      measured, allowed = _step_metric(checks, key, gap)
+      if measured > allowed:
+        return i, key, measured, allowed
   return None
 
 
 def _metric_fields(checks, pair):
-  """The pair's metrics in the lockstep entry: the largest gap of each, and
-  the first step where one lies too far apart."""
+  """The pair's metrics in the lockstep entry: the largest gap of each (as
+  judged), and the first step where one lies too far apart."""
   largest = {}
   for gaps in pair.get("metric_gaps", []):
     for key, gap in gaps.items():
-      largest[key] = max(largest.get(key, 0.0), gap)
+      largest[key] = max(largest.get(key, 0.0),
+                         _step_metric(checks, key, gap)[0])
   failure = _metric_failure(checks, pair)
   return {"metric_max_gap": largest,
           "metric_fail": None if failure is None else {

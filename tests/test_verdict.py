@@ -13,6 +13,7 @@ import pytest
 
 from bench import verdict_runs
 from compare import cli
+from compare import equivalence
 from compare import lockstep
 from compare import runner
 from compare import strategies
@@ -272,6 +273,22 @@ def test_a_flip_before_a_real_mistake_names_the_mistakes_step():
                              {"jit": jit, "shard_map": [0.0] * 10})
   result = verdicts.lockstep(None, checks)[0]
   assert result["first_fail_step"] == 8 and result["flip_steps"] == [3]
+
+
+def test_a_step_metric_is_judged_relative_and_an_accuracy_by_one_example():
+  def fails(key, a, b):
+    checks = _witnessed_checks({"pmap~shard_map": [0.0] * 10},
+                               {"shard_map": [0.0] * 10})
+    checks["batch_rows"] = 128
+    gaps = [{}] * 9 + [equivalence.metric_gaps({key: a}, {key: b})]
+    checks["pairs"]["pmap~shard_map"]["metric_gaps"] = gaps
+    result = verdicts.lockstep(None, checks)[0]
+    return result["verdict"] == "differ" and (
+        result["metric_fail"]["step"] == 10)
+  assert not fails("loss", 2.0 * (1 + 5e-6), 2.0)
+  assert fails("loss", 2.0 * (1 + 1.25e-3), 2.0)  # device 0 x 1.01 of 8
+  assert not fails("accuracy", 0.5 + 1 / 128, 0.5)
+  assert fails("accuracy", 0.5 + 2 / 128, 0.5)
 
 
 def _final(shared_loss, free_loss=1.0, steps=5):
