@@ -71,20 +71,18 @@ def _process_actions(parser):
 
 
 def _check_program(args):
-  """`--program` with flags that belong to our strategies is bad usage."""
+  """`--program` with flags that belong to our strategies is bad usage;
+  the process flags run the team's program in many processes."""
   parser = build_parser()
+  processes = _process_actions(parser)
   for action in parser._actions:  # pylint: disable=protected-access
     name = action.dest
-    if name in _PROGRAM_FLAGS or name == "help":
+    if name in _PROGRAM_FLAGS or name == "help" or action in processes:
       continue
     if getattr(args, name, None) == action.default:
       continue
-    flag = action.option_strings[0]
-    if action in _process_actions(parser):
-      raise UsageError(f"--program runs in one process; it does not go "
-                       f"with {flag}")
-    raise UsageError(f"--program does not go with {flag} (the program "
-                     "fixes it)")
+    raise UsageError(f"--program does not go with "
+                     f"{action.option_strings[0]} (the program fixes it)")
 
 
 def _check(args):
@@ -139,9 +137,12 @@ def _run_program(args):
   """`--program PKG.MODULE:NAME`: a team's port, proved."""
   from compare import port  # pylint: disable=g-import-not-at-top
   from compare import proof  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
   try:
     program = port.load(args.program)
-    if args.devices is not None and args.devices != program.mesh.size:
+    devices = (None if args.devices is None
+               else args.devices * jax.process_count())
+    if devices is not None and devices != program.mesh.size:
       raise UsageError(f"--devices {args.devices}: the program's mesh has "
                        f"{program.mesh.size} devices (its Port fixes them; "
                        "leave --devices out)")
@@ -153,7 +154,9 @@ def _run_program(args):
     if args.traceback and err.__cause__ is not None:
       traceback.print_exception(err.__cause__, file=sys.stderr)
     raise UsageError(str(err)) from None
-  _show(args, result.strategy, result.report)
+  distributed.barrier("report")
+  if distributed.is_main_process():
+    _show(args, result.strategy, result.report)
   return result.exit_code
 
 
@@ -232,10 +235,10 @@ def main(argv=None) -> int:
       return _launch(args, argv)
     distributed.quiet_native_stdout()
     emulation.set_cpu_device_count(args.devices)
-    if args.program:
-      return _run_program(args)
     if distributed.is_worker(args):
       distributed.join(args)
+    if args.program:
+      return _run_program(args)
     return _run(args)
   except UsageError as err:
     print(f"compare: error: {err}", file=sys.stderr)

@@ -39,14 +39,26 @@ def split_batch(batch, n_devices: int):
       batch)
 
 
+def _global(tree, sharding):
+  """Host arrays (the same in every process) as global arrays: each
+  process places its own devices' pieces, so a mesh may span processes."""
+  def put(x):
+    x = np.asarray(x)
+    return jax.make_array_from_callback(x.shape, sharding,
+                                        lambda index: x[index])
+  return jax.tree.map(put, jax.device_get(tree))
+
+
 def to_mesh(tree, mesh):
-  """One logical copy of a host tree, replicated over `mesh` (`P()`)."""
-  return jax.device_put(tree, NamedSharding(mesh, P()))
+  """One logical copy of a host tree, replicated over `mesh` (`P()`), in
+  one process or many (every process passes the same tree)."""
+  return _global(tree, NamedSharding(mesh, P()))
 
 
 def shard_batch(batch, mesh):
-  """A global host batch split over all of `mesh`'s devices by rows."""
-  return jax.device_put(batch, NamedSharding(mesh, P(mesh.axis_names)))
+  """A global host batch split over all of `mesh`'s devices by rows, in
+  one process or many (every process passes the whole batch)."""
+  return _global(batch, NamedSharding(mesh, P(mesh.axis_names)))
 
 
 def stacked_to_mesh(tree, mesh):

@@ -74,15 +74,20 @@ class _Run:
 
 
 class PmapRun(_Run):
-  """The classic step: a copy of the state per device, batch split."""
+  """The classic step: a copy of the state per device, batch split. In many
+  processes each runs pmap over its own devices on its rows of the batch,
+  as multi-host pmap programs do."""
 
   VARIANTS = ("pmap",)
   BACKEND = pmap_devices.BACKEND
   CHECKPOINTS = pmap_devices
+  PROCESS_LOCAL_BATCH = True
+  STEP_TAKES_HOST_LOCAL = True
 
   def make_placement(self, n_devices):
     del n_devices
-    return list(self._port.mesh.devices.flat)
+    return [d for d in self._port.mesh.devices.flat
+            if d.process_index == jax.process_index()]
 
   def create_state(self, seed, config, placement):
     del seed, config
@@ -105,7 +110,8 @@ class PmapRun(_Run):
 
 class BroadcastPmapRun(PmapRun):
   """The new pmap style (`in_axes=None, out_axes=None` for the state): one
-  state broadcast to every device, not a stacked copy per device."""
+  state broadcast to every device, not a stacked copy per device (one
+  process: `compare.port.check` refuses it in many)."""
 
   CHECKPOINTS = mesh_devices
 

@@ -100,8 +100,12 @@ def _trace_pmap(port: Any, state, batch):
   """pmap's step traced on the state as it takes it: stacked, or else
   broadcast. Returns `(its state without a device axis, its metrics,
   layout)`."""
-  n = port.mesh.size
-  split = _abstract(conversions.split_batch(batch, n))
+  # Each process's pmap maps over its own devices, on its rows.
+  n = sum(d.process_index == jax.process_index()
+          for d in port.mesh.devices.flat)
+  rows = len(jax.tree.leaves(batch)[0]) // jax.process_count()
+  mine = jax.tree.map(lambda x: x[jax.process_index() * rows:][:rows], batch)
+  split = _abstract(conversions.split_batch(mine, n))
   stacked = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
       (n, *np.shape(x)), np.asarray(x).dtype), state)
   try:
@@ -131,7 +135,8 @@ def check_steps(port: Any, state, batch) -> str:
   """
   from jax.sharding import NamedSharding  # pylint: disable=g-import-not-at-top
   from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
-  n = port.mesh.size
+  n = sum(d.process_index == jax.process_index()
+          for d in port.mesh.devices.flat)
   pmap_state, pmap_metrics, layout = _trace_pmap(port, state, batch)
   _check_loss(pmap_metrics, "pmap_step", ((n,), ()))
   problem = tree_difference(pmap_state, state, "pmap_step's state",

@@ -117,10 +117,12 @@ def prove(program, *, steps: int | None = None, control=None,
     PortError: a `Port` that cannot be proved as described, before anything
       compiles.
   """
+  import jax  # pylint: disable=g-import-not-at-top
   from compare import runner  # pylint: disable=g-import-not-at-top
   if isinstance(program, port_module.Port):
     strategy, config = prepare(program, steps)
-    n_devices, data = program.mesh.size, None
+    # Devices per process, as for our strategies (the mesh spans them all).
+    n_devices, data = program.mesh.size // jax.process_count(), None
   else:
     strategy = program
   control = _control(strategy, control, config.steps)

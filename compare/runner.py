@@ -137,7 +137,7 @@ def _rows(run, host_batch):
   (`batches.process_slice`); the references and ensembles take all of it
   in every process. In one process both are the whole batch.
   """
-  if not run.local_batch or jax.process_count() == 1:
+  if not run.local_batch or jax.process_count() == 1 or not host_batch:
     return host_batch
   part = batches.process_slice(len(next(iter(host_batch.values()))),
                                jax.process_index(), jax.process_count())

@@ -125,6 +125,22 @@ def test_two_processes_end_as_one(strategy, tmp_path):
   assert not _left_behind(tmp_path)
 
 
+def test_a_teams_port_in_two_processes_ends_as_one(tmp_path):
+  """`--program` under jax.distributed: pmap per process on its rows, the
+  port on the mesh over both; the 1-process digests, every run."""
+  out = tmp_path / "report.json"
+  done = _run("compare", "--program", "tests.toy_ports:port", "--steps", "4",
+              "--windows", "1", "--processes", "2", "--devices", "4",
+              "--baseline", "--json", out)
+  assert done.returncode == 0, done.stderr[-3000:]
+  report = json.loads(out.read_text())
+  assert (report["processes"], report["devices"]) == (2, 8)
+  assert report["verdict"] == "pass"
+  assert report["baseline"]["same_state_digests"], report["baseline"]
+  assert done.stdout.count("verdict: pass") == 1
+  assert not _left_behind(tmp_path)
+
+
 @pytest.mark.parametrize("strategy", ["data_parallel", "ensemble"])
 def test_a_late_mistake_fails_at_its_step_in_two_processes(strategy,
                                                            tmp_path):

@@ -47,8 +47,6 @@ def test_a_planted_control_exits_1(capsys):
      "--program does not go with --workload"),
     (["--program", f"{TOY}:port", "--strategy", "ensemble"],
      "--program does not go with --strategy"),
-    (["--program", f"{TOY}:port", "--processes", "2"],
-     "--program runs in one process; it does not go with --processes"),
     (["--program", f"{TOY}:port", "--negative-control", "no-pmean"],
      "unknown --negative-control 'no-pmean' for toy"),
     (["--program", f"{TOY}:port", "--negative-control", "update-1pct-at:99"],
