@@ -22,3 +22,23 @@ def test_writing_a_record_leaves_jax_unimported(tmp_path):
   assert done.returncode == 0, done.stderr[-2000:]
   record = json.loads(out.read_text())
   assert record["jax_version"].count(".") == 2 and record["a"] == 1
+
+
+def test_the_grids_late_controls_lie_inside_each_strategys_default_steps(
+    digits):
+  # A late control placed past a strategy's default run never runs there
+  # (ensemble_data's default is 77 steps): N and the steps each detection
+  # run takes lie within the defaults, and N = the last default step is
+  # among them.
+  from bench import verdict_grid  # pylint: disable=g-import-not-at-top
+  from compare import strategies  # pylint: disable=g-import-not-at-top
+  runs = verdict_grid.detection_runs(verdict_grid.STRATEGIES)
+  for name in verdict_grid.STRATEGIES:
+    default = strategies.get(name).make_config({}, digits).steps
+    assert verdict_grid.DEFAULT_STEPS[name] == default, name
+    late = [flags for key, flags in runs.items()
+            if key.startswith(f"{name}_from_") or key.startswith(f"{name}_at_")]
+    steps = [int(f[f.index("--negative-control") + 1].split(":")[1])
+             for f in late]
+    assert steps and max(steps) == default and min(steps) == 1, name
+    assert all(int(f[f.index("--steps") + 1]) <= default for f in late)

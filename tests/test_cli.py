@@ -41,14 +41,19 @@ def test_data_parallel_report(tmp_path, capsys, workload):
 
 
 def test_a_differing_pair_exits_1(tmp_path, monkeypatch):
-  # Negative control for the whole harness: no tolerance at all, and the
-  # single-device reference (other summation order) must then differ.
-  monkeypatch.setattr(strategies.get("data_parallel"), "tolerances", {
+  # Negative control for the whole harness: no tolerance and no band at
+  # all, and the single-device reference (other summation order) must then
+  # differ, at step 1.
+  strategy = strategies.get("data_parallel")
+  monkeypatch.setattr(strategy, "tolerances", {
       "first_step": tolerances.Tolerance(0.0, 0.0),
       "final": tolerances.Tolerance(0.0, 0.0)})
+  monkeypatch.setattr(strategy, "lockstep_multiple", 0.0)
   path = tmp_path / "out.json"
   assert cli.main(SMALL + ["--json", str(path)]) == 1
-  assert json.loads(path.read_text())["verdict"] == "fail"
+  report = json.loads(path.read_text())
+  assert report["verdict"] == "fail"
+  assert report["first_failure"].startswith("first at step 1:")
 
 
 def test_a_crash_leaves_no_json(tmp_path, monkeypatch):
