@@ -22,6 +22,9 @@ from examples.nnx_mlp import prove as nnx_mlp
 from examples.optax_tuple import prove as optax_tuple
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Short runs: CI's budget (`python -m compare --program ...:port` runs the
+# examples' full 20 steps).
+STEPS = 6
 EXAMPLES = {"linear_regression": (linear_regression, "psum_port",
                                   "prove-the-tutorial"),
             "optax_tuple": (optax_tuple, "lr_port", "prove-a-tuple-state"),
@@ -33,18 +36,20 @@ EXAMPLES = {"linear_regression": (linear_regression, "psum_port",
 @pytest.mark.parametrize("name", list(EXAMPLES))
 def test_the_example_proves_and_its_wrong_port_fails_at_step_1(name):
   module, wrong, _ = EXAMPLES[name]
-  proof = testing.assert_port_equivalent(module.port(), windows=1)
+  proof = testing.assert_port_equivalent(module.port(), steps=STEPS,
+                                         windows=1)
   assert proof.verdict == "pass"
   with pytest.raises(AssertionError, match="first at step 1: port vs pmap"):
-    testing.assert_port_equivalent(getattr(module, wrong)(), windows=1)
+    testing.assert_port_equivalent(getattr(module, wrong)(), steps=STEPS,
+                                   windows=1)
 
 
-@pytest.mark.parametrize("name, step", [("linear_regression", 13),
-                                        ("optax_tuple", 20), ("nnx_mlp", 7),
-                                        ("equinox_mlp", 1)])
+@pytest.mark.parametrize("name, step", [("linear_regression", 5),
+                                        ("optax_tuple", STEPS),
+                                        ("nnx_mlp", 3), ("equinox_mlp", 1)])
 def test_a_late_mistake_in_the_examples_port_fails_at_its_step(name, step):
   # The harness counts the steps of a state that has no counter of its own.
-  proof = compare.prove(EXAMPLES[name][0].port(), windows=1,
+  proof = compare.prove(EXAMPLES[name][0].port(), steps=STEPS, windows=1,
                         control=f"update-1pct-at:{step}")
   assert proof.exit_code == 1
   assert proof.first_failure.startswith(f"first at step {step}: port vs pmap")
@@ -53,7 +58,8 @@ def test_a_late_mistake_in_the_examples_port_fails_at_its_step(name, step):
 def test_the_tutorial_proves_from_the_command_line():
   done = subprocess.run(
       [sys.executable, "-m", "compare", "--program",
-       "examples.linear_regression.prove:port", "--windows", "1"],
+       "examples.linear_regression.prove:port", "--steps", str(STEPS),
+       "--windows", "1"],
       cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
   assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
   assert done.stdout.splitlines()[-1] == "verdict: pass"
