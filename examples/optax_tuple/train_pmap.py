@@ -4,7 +4,6 @@ the state broadcast to every device (`in_axes=None, out_axes=None`), as
 flax's examples pmap today."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
