@@ -3,7 +3,9 @@ replaces, and times both.
 
 For a team's own program: describe it once as a `Port` and call `prove`
 (or `python -m compare --program PKG.MODULE:NAME`, or
-`compare.testing.assert_port_equivalent` in CI). The conversions between
+`compare.testing.assert_port_equivalent` in CI); `adapt_step` plugs in a
+step of another signature (the pmap tutorial's `update(params, xs, ys)`).
+The conversions between
 pmap's layouts and a mesh's are here too (`replicate`, `split_batch`,
 `device_key`, ...).
 
