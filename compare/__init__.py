@@ -5,9 +5,8 @@ For a team's own program: describe it once as a `Port` and call `prove`
 (or `python -m compare --program PKG.MODULE:NAME`, or
 `compare.testing.assert_port_equivalent` in CI); `adapt_step` plugs in a
 step of another signature (the pmap tutorial's `update(params, xs, ys)`).
-The conversions between
-pmap's layouts and a mesh's are here too (`replicate`, `split_batch`,
-`device_key`, ...).
+The conversions between pmap's layouts and a mesh's are here too
+(`replicate`, `split_batch`, `device_key`, ...).
 
 For our own programs: `python -m compare --strategy data_parallel|ensemble|
 accumulation`, through the same `prove`. Every strategy's runs (pmap, the
