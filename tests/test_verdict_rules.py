@@ -1,0 +1,223 @@
+"""The verdicts' rules on made-up checks, no run: lockstep's band and its
+rounding-flip rule, the step metrics, the end's shared-state evaluation
+and the calibration runs' spread (`compare.verdicts`). The runs that show
+them on real programs are in tests/test_verdict.py.
+"""
+
+import numpy as np
+import pytest
+
+from compare import equivalence
+from compare import lockstep
+from compare import runner
+from compare import strategies
+from compare import verdicts
+
+
+def _checks(errors, band=1e-5, multiple=10.0):
+  return {"multiple": multiple, "band": band, "checked_steps": len(errors),
+          "steps": list(range(1, len(errors) + 1)),
+          "pairs": {"a~b": {"errors": errors, "stopped_bitwise_at": None}}}
+
+
+@pytest.mark.parametrize("errors, verdict, first", [
+    ([0.0, 0.0, 0.0], "bitwise", None),
+    ([2e-5, 9e-5, 1e-5], "close", None),
+    # One step at 1% of the update (a branch ported wrongly, taken once):
+    # nothing before or after excuses it.
+    ([2e-5, 1e-2, 1e-5], "differ", 2),
+    # A jump from within the band at the last step (what the old flip rule
+    # excused): caught at its step.
+    ([1e-5, 1e-5, 4e-4], "differ", 3),
+])
+def test_lockstep_verdict_names_the_first_step_over_the_band(errors, verdict,
+                                                             first):
+  strategy = strategies.get("data_parallel")
+  result = verdicts.lockstep(strategy, _checks(errors))[0]
+  assert result["verdict"] == verdict
+  assert result["first_fail_step"] == first
+  failure = verdicts.first_failure([result])
+  assert (failure is None) == (first is None)
+  if first:
+    assert failure.startswith(f"first at step {first}: a vs b")
+
+
+def test_no_lockstep_verdict_without_checks():
+  strategy = strategies.get("data_parallel")
+  assert verdicts.lockstep(strategy, _checks([])) == []
+
+
+def _witnessed_checks(pairs, witness_errors, steps=10, band=1e-5):
+  return {"multiple": 10.0, "band": band, "checked_steps": steps,
+          "steps": list(range(1, steps + 1)),
+          "port_runs": ["shard_map", "jit"], "witness": "pmap",
+          "witness_errors": witness_errors,
+          "flip_limit": lockstep.flip_limit(steps),
+          "pairs": {name: {"errors": errors, "stopped_bitwise_at": None}
+                    for name, errors in pairs.items()}}
+
+
+def _by_pair(results):
+  return {f"{r['a']}~{r['b']}": r for r in results}
+
+
+FLIP = [1e-5] * 9 + [9e-4]  # a rounding flip at step 10: 90x the band
+
+
+def test_a_flip_between_two_programs_is_excused_where_the_ports_took_pmaps_step():
+  checks = _witnessed_checks(
+      {"pmap~shard_map": [0.0] * 10, "pmap~reference": FLIP,
+       "shard_map~reference": FLIP, "jit~reference": FLIP},
+      {"shard_map": [0.0] * 10, "jit": [2e-5] * 10})
+  results = _by_pair(verdicts.lockstep(None, checks))
+  for name in ("pmap~reference", "shard_map~reference", "jit~reference"):
+    assert results[name]["verdict"] == "close", results[name]
+    assert results[name]["flip_steps"] == [10]
+  assert verdicts.first_failure(list(results.values())) is None
+
+
+@pytest.mark.parametrize("late", [1, 5, 10])
+def test_a_port_that_left_pmaps_step_is_never_excused(late):
+  # The same jump, but jit's step is not pmap's there (a planted mistake,
+  # from step 1, mid-run or at the last step): jit~reference fails at it.
+  jit = [2e-5] * 10
+  jit[late - 1] = 9e-4
+  errors = [1e-5] * 10
+  errors[late - 1] = 9e-4
+  checks = _witnessed_checks({"pmap~reference": [1e-5] * 10,
+                              "jit~reference": errors},
+                             {"shard_map": [0.0] * 10, "jit": jit})
+  results = _by_pair(verdicts.lockstep(None, checks))
+  assert results["jit~reference"]["verdict"] == "differ"
+  assert results["jit~reference"]["first_fail_step"] == late
+  assert results["jit~reference"]["flip_steps"] == []
+
+
+def test_a_port_with_no_witness_running_is_judged_strictly():
+  checks = _witnessed_checks({"shard_map~reference": FLIP}, {})
+  checks["witness"] = None
+  result = verdicts.lockstep(None, checks)[0]
+  assert result["verdict"] == "differ" and result["first_fail_step"] == 10
+
+
+def test_more_flips_than_the_limit_fail_at_the_first():
+  # Two programs that part at more checked steps than a rounding flip can
+  # explain (one in 10 steps here) are not excused.
+  errors = [1e-5] * 7 + [9e-4] * 3
+  checks = _witnessed_checks({"pmap~reference": errors},
+                             {"shard_map": [0.0] * 10})
+  result = verdicts.lockstep(None, checks)[0]
+  assert result["verdict"] == "differ" and result["first_fail_step"] == 8
+
+
+def test_a_flip_before_a_real_mistake_names_the_mistakes_step():
+  errors = [1e-5] * 10
+  errors[2], errors[7] = 9e-4, 1e-2
+  jit = [2e-5] * 10
+  jit[7] = 1e-2
+  checks = _witnessed_checks({"jit~reference": errors},
+                             {"jit": jit, "shard_map": [0.0] * 10})
+  result = verdicts.lockstep(None, checks)[0]
+  assert result["first_fail_step"] == 8 and result["flip_steps"] == [3]
+
+
+def test_a_step_metric_is_judged_relative_and_an_accuracy_by_one_example():
+  def fails(key, a, b):
+    checks = _witnessed_checks({"pmap~shard_map": [0.0] * 10},
+                               {"shard_map": [0.0] * 10})
+    checks["batch_rows"] = 128
+    gaps = [{}] * 9 + [equivalence.metric_gaps({key: a}, {key: b})]
+    checks["pairs"]["pmap~shard_map"]["metric_gaps"] = gaps
+    result = verdicts.lockstep(None, checks)[0]
+    return result["verdict"] == "differ" and (
+        result["metric_fail"]["step"] == 10)
+  assert not fails("loss", 2.0 * (1 + 5e-6), 2.0)
+  assert fails("loss", 2.0 * (1 + 1.25e-3), 2.0)  # device 0 x 1.01 of 8
+  assert not fails("accuracy", 0.5 + 1 / 128, 0.5)
+  assert fails("accuracy", 0.5 + 2 / 128, 0.5)
+
+
+def _final(shared_loss, free_loss=1.0, steps=5):
+  strategy = strategies.get("data_parallel")
+  host = {"params": {"w": np.ones(3, np.float32)}, "opt_state": ()}
+  moved = {"params": {"w": np.full(3, 1.1, np.float32)}, "opt_state": ()}
+  calibration = {"drift_per_step": [1e-3, 1e-3],
+                 "summaries": [{"test_loss": 1.0, "test_accuracy": 0.9}]}
+  summaries = {"reference": {"test_loss": 1.0, "test_accuracy": 0.9},
+               "a": {"test_loss": free_loss, "test_accuracy": 0.9},
+               "b": {"test_loss": 1.0, "test_accuracy": 0.9}}
+  shared = {"a": {"test_loss": shared_loss, "test_accuracy": 0.9},
+            "b": {"test_loss": 1.0, "test_accuracy": 0.9}}
+  return verdicts.final(strategy, [("a", "b")], {"a": moved, "b": host},
+                        {"a~b": [2e-3, 7e-3]}, calibration, summaries, 100,
+                        shared, steps)[0]
+
+
+def test_final_verdict_judges_the_shared_evaluation_not_the_free_runs():
+  # Free-running metrics far outside the calibration spread (what two
+  # devices' chaos does to a correct port) and drift 7x the band are
+  # shown, not judged.
+  result = _final(1.0, free_loss=1.5)
+  assert result["verdict"] == "close"
+  assert result["calibration"]["max_ratio"] == pytest.approx(7.0)
+  assert not result["calibration"]["metrics"]["test_loss"]["within"]
+  assert result["calibration"]["judged"] is False
+  # Rounding of one state's evaluation passes; 1% of the loss fails, and
+  # the verdict names the step, the metric and the gap.
+  assert _final(1.0 + 5e-6)["verdict"] == "close"
+  result = _final(1.01)
+  assert result["verdict"] == "differ"
+  failure = verdicts.first_failure([result])
+  assert failure.startswith("at the end, step 5: a and b evaluate the same "
+                            "state differently: test_loss 1.01 vs 1"), failure
+
+
+def test_shared_accuracy_may_differ_by_one_test_example_only():
+  def verdict(accuracy):
+    shared = {"a": {"test_accuracy": accuracy}, "b": {"test_accuracy": 0.9}}
+    return verdicts._shared_check(  # pylint: disable=protected-access
+        shared, "a", "b", 100, ("test_accuracy",))["test_accuracy"]["within"]
+  assert verdict(0.91) and not verdict(0.92)
+
+
+def test_calibration_band_is_the_largest_drift_of_its_runs():
+  curves = {"calibration": [1e-8, 4e-8, 1e-8],
+            "calibration_batch": [2e-8, 1e-8, 1e-8],
+            "calibration_seed1": [1e-8, 1e-8, 9e-8]}
+  calibrations = [runner.Run(name, None, "reference",
+                             perturbation=perturbation,
+                             summary={"test_loss": 1.0 + i,
+                                      "test_accuracy": 0.5},
+                             host={"params": {"w": np.full(2, i, np.float32)}})
+                  for i, (name, perturbation) in enumerate(
+                      runner.CALIBRATIONS.items())]
+  drift = {f"reference~{name}": curve for name, curve in curves.items()}
+  report = runner._calibration_report(  # pylint: disable=protected-access
+      strategies.get("data_parallel"), calibrations, drift)
+  assert report["drift_per_step"] == [2e-8, 4e-8, 9e-8]
+  assert [s["test_loss"] for s in report["summaries"]] == [1.0, 2.0, 3.0]
+  assert "across the whole batch" in (
+      report["samples"]["calibration_batch"]["perturbation"])
+  assert not drift  # every calibration curve moved into the report
+
+
+def test_metric_spread_is_the_widest_calibration_runs():
+  strategy = strategies.get("data_parallel")
+  host = {"params": {"w": np.ones(3, np.float32)}, "opt_state": ()}
+  moved = {"params": {"w": np.full(3, 1.001, np.float32)}, "opt_state": ()}
+  summaries = {"reference": {"test_loss": 1.0, "test_accuracy": 0.9},
+               "a": {"test_loss": 1.2, "test_accuracy": 0.9},
+               "b": {"test_loss": 1.0, "test_accuracy": 0.9}}
+
+  def within(*losses):
+    calibration = {"drift_per_step": [1e-2], "summaries": [
+        {"test_loss": loss, "test_accuracy": 0.9} for loss in losses]}
+    result = verdicts.final(strategy, [("a", "b")], {"a": moved, "b": host},
+                            {"a~b": [1e-3]}, calibration, summaries, 100)[0]
+    assert result["verdict"] == "close"  # shown, never judged
+    return result["calibration"]["metrics"]["test_loss"]["within"]
+
+  # A test-loss gap of 0.2: within 3x of one calibration run's 0.1 spread,
+  # whichever run it is; beyond 3x of the 1% floor when none moved.
+  assert within(1.0, 1.1, 1.0) and within(1.1, 1.0, 1.0)
+  assert not within(1.0, 1.0, 1.0)
