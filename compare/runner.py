@@ -203,8 +203,9 @@ def _step(run, host_batch, i, n_devices):
     # compile at different speeds.
     distributed.barrier(f"first-step-{run.name}")
   run.state, metrics = run.step(run.state, batch)
+  # Fetched once: the lockstep checks judge every metric of the step.
   run.step_metrics = run.module.metrics_to_host(metrics)
-  run.since_eval.append(run_metrics.train_metrics(run.module, metrics))
+  run.since_eval.append(run_metrics.scalar_metrics(run.step_metrics))
   run.losses.append(run.since_eval[-1]["loss"])
   run.host = run.module.to_host(run.state)
   if i == 0:

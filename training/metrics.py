@@ -15,7 +15,11 @@ def global_devices(n_devices: int) -> int:
 
 def train_metrics(module, metrics) -> dict[str, float]:
   """A step's scalar metrics: `loss`, and `accuracy` where reported."""
-  host = module.metrics_to_host(metrics)
+  return scalar_metrics(module.metrics_to_host(metrics))
+
+
+def scalar_metrics(host: dict) -> dict[str, float]:
+  """`train_metrics` of metrics already fetched (`metrics_to_host`)."""
   return {k: float(np.asarray(host[k])) for k in ("loss", "accuracy")
           if k in host and np.ndim(host[k]) == 0}
 
