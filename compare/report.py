@@ -5,6 +5,8 @@ Generic: what only one strategy reports comes from its `report_lines`.
 
 import statistics
 
+from compare import lockstep
+
 SCHEMA = 2
 # shard_map must keep at least this share of pmap's throughput (issue 2).
 THROUGHPUT_FLOOR = 0.97
@@ -141,6 +143,10 @@ def _lockstep_lines(report):
            f"step with {change}: band {checks['band']:.2e} of the "
            f"update; {checks['extra_steps']} extra steps, "
            f"{checks['seconds']:.1f} s"]
+  if checks.get("band_flip_steps"):
+    lines.append(f"calibration flipped at step(s) {checks['band_flip_steps']}"
+                 f" (over {lockstep.CALIBRATION_FLIP:g}x the steps' median): "
+                 "left out of the band")
   for name, pair in checks["pairs"].items():
     if pair["stopped_bitwise_at"]:
       a, b = name.split("~")

@@ -47,6 +47,35 @@ def test_no_lockstep_verdict_without_checks():
   assert verdicts.lockstep(strategy, _checks([])) == []
 
 
+@pytest.mark.parametrize("per_step, band, left_out", [
+    # One calibration step took another branch (examples/resnet, step 28):
+    # left out, the next largest is the band.
+    ([1e-5] * 27 + [6.6e-3, 2e-5, 2.4e-4], 2.4e-4, [27]),
+    # At most `flip_limit` (1 of 30 steps): the second outlier stays.
+    ([1e-5] * 28 + [6.6e-3, 5e-3], 5e-3, [28]),
+    # Up to 10x the median is summation order, kept.
+    ([1e-5] * 9 + [9e-5], 9e-5, []),
+    # Two steps have no median to stand over: both kept.
+    ([1e-5, 6.6e-3], 6.6e-3, []),
+    # Below the floor, the floor.
+    ([1e-8, 1e-8, 5e-7], lockstep.BAND_FLOOR, []),
+])
+def test_a_calibration_flip_is_left_out_of_the_band(per_step, band, left_out):
+  assert lockstep.band_of(per_step) == (pytest.approx(band), left_out)
+
+
+def test_a_one_percent_mistake_at_a_calibration_flips_step_fails_there():
+  # The plant the rule exists for: without it the flip's 6.6e-3 makes the
+  # allowed error 6.6e-2 and a 1% mistake at the same step passes.
+  per_step = [1e-5] * 27 + [6.6e-3, 2e-5, 2.4e-4]
+  errors = [1e-5] * 27 + [1.005e-2, 2e-5, 2.4e-4]
+  band, _ = lockstep.band_of(per_step)
+  result = verdicts.lockstep(None, _checks(errors, band=band))[0]
+  assert result["first_fail_step"] == 28
+  lenient = verdicts.lockstep(None, _checks(errors, band=max(per_step)))[0]
+  assert lenient["first_fail_step"] is None  # what the old band let pass
+
+
 def _witnessed_checks(pairs, witness_errors, steps=10, band=1e-5):
   return {"multiple": 10.0, "band": band, "checked_steps": steps,
           "steps": list(range(1, steps + 1)),
