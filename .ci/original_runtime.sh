@@ -50,28 +50,42 @@ fi
 part tests python -m pytest -p no:cacheprovider "${tests[@]}"
 
 out=$(mktemp -d)
-part "compare data_parallel" python -m compare --strategy data_parallel \
-  --steps 3 --windows 2 --json "$out/data_parallel.json"
-part "compare ensemble" python -m compare --strategy ensemble \
-  --epochs 1 --windows 2 --json "$out/ensemble.json"
-part "compare accumulation (past the flip at step 10)" python -m compare \
-  --strategy accumulation --steps 12 --windows 2 \
-  --json "$out/accumulation.json"
-part "compare ensemble_data (the nested pmap)" python -m compare \
-  --strategy ensemble_data --epochs 1 --windows 2 \
-  --json "$out/ensemble_data.json"
-part "compare fsdp (the hand-written collectives)" python -m compare \
-  --strategy fsdp --steps 3 --windows 2 --json "$out/fsdp.json"
-part "compare --program (a team's port)" python -m compare \
-  --program examples.resnet.prove:port --steps 5 --windows 2 \
-  --json "$out/program.json"
+# The compares two at a time: each is mostly single-threaded compiling, and CI
+# has 2 cores. Each writes its own log, printed whole when the pair is done.
+pair() {  # pair NAME1 CMD1 -- NAME2 CMD2: both at once, then both logs
+  local name1=$1 name2 cmd1=() cmd2=() pid
+  shift
+  while [ "$1" != "--" ]; do cmd1+=("$1"); shift; done
+  shift
+  name2=$1
+  shift
+  cmd2=("$@")
+  part "$name1" "${cmd1[@]}" > "$out/log1" 2>&1 &
+  pid=$!
+  part "$name2" "${cmd2[@]}" > "$out/log2" 2>&1 || status=1
+  wait "$pid" || status=1
+  cat "$out/log1" "$out/log2"
+}
+compare_() { python -m compare --windows 2 "$@"; }
+pair "compare data_parallel" compare_ --strategy data_parallel --steps 3 \
+  --json "$out/data_parallel.json" \
+  -- "compare ensemble" compare_ --strategy ensemble --epochs 1 \
+  --json "$out/ensemble.json"
+pair "compare accumulation (past the flip at step 10)" compare_ \
+  --strategy accumulation --steps 12 --json "$out/accumulation.json" \
+  -- "compare ensemble_data (the nested pmap)" compare_ \
+  --strategy ensemble_data --epochs 1 --json "$out/ensemble_data.json"
 # A late mistake (the port's update 1% off at step 2 only) must exit 1.
 late() {
-  python -m compare --strategy data_parallel --steps 3 --windows 2 \
+  compare_ --strategy data_parallel --steps 3 \
     --negative-control update-1pct-at:2 --json "$out/data_parallel_late.json"
   [ $? -eq 1 ]
 }
-part "compare data_parallel, a late mistake (exit 1 expected)" late
+pair "compare fsdp (the hand-written collectives)" compare_ --strategy fsdp \
+  --steps 3 --json "$out/fsdp.json" \
+  -- "compare data_parallel, a late mistake (exit 1 expected)" late
+part "compare --program (a team's port)" compare_ \
+  --program examples.resnet.prove:port --steps 5 --json "$out/program.json"
 
 # The assertions, on the reports just written.
 SHARDPORT_ORIGINAL_RUNTIME_JSON=$out part assertions \

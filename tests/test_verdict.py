@@ -94,9 +94,14 @@ def test_negative_controls_exit_1(tmp_path, strategy, name):
              if v["at"] == at)
 
 
+# From step 2 in every strategy; at the last step only in a replicated and
+# a member-sharded layout (which steps are checked does not depend on the
+# strategy; docs/measured/verdict_grid.json plants every strategy's last
+# default step).
 @pytest.mark.parametrize("strategy, control", [
     *[(s, "update-1pct-from:2") for s in strategies.STRATEGIES],
-    *[(s, f"update-1pct-at:{SHORT[s][1]}") for s in strategies.STRATEGIES],
+    *[(s, f"update-1pct-at:{SHORT[s][1]}") for s in ("data_parallel",
+                                                     "ensemble")],
     ("data_parallel", "update-1pct-at:1")])
 def test_a_late_mistake_is_named_at_its_step(tmp_path, strategy, control):
   # From step 2 on, and at the last step (or the first) only.
