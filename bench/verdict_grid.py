@@ -60,9 +60,12 @@ def correct_runs(strategies) -> dict:
   for devices in (1, 2):
     for steps in (100, 200):
       for s in strategies:
+        # ensemble_data's default 2 members need 2 devices (a mesh row each).
+        members = (["--members", "1"] if s == "ensemble_data" and devices == 1
+                   else [])
         runs[f"{s}_{devices}dev_{steps}"] = [
             "--strategy", s, "--devices", str(devices), "--steps",
-            str(steps)]
+            str(steps), *members]
   return runs
 
 

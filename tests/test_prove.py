@@ -7,12 +7,10 @@ port; every plugging mistake fails with one line naming the leaf.
 
 import jax
 import numpy as np
-import pytest
-
-import compare
-from tests import toy_ports
 
 # region: ci-recipe
+import pytest
+
 from compare import testing
 from examples.resnet import prove as resnet
 
@@ -26,6 +24,9 @@ def test_the_proof_fails_where_a_mistake_is_planted():
     testing.assert_port_equivalent(resnet.port(), steps=6,
                                    control="update-1pct-at:5")
 # endregion
+
+import compare  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tests import toy_ports  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # Short runs: the wrong ports go wrong at step 1; the planted mistakes
 # start at steps 3 and 5.

@@ -156,7 +156,8 @@ class DispatchSource(Source):
 
 class ReportSource(Source):
   """A `python -m compare --json` report: `S/run/RUN/KEY`,
-  `S/run/RUN/memory/KEY_mib`, `S/run/RUN/share_of_peak` (achieved over the
+  `S/run/RUN/memory/KEY_mib`, `S/run/RUN/memory/unaliased_bytes` (output
+  less aliased), `S/run/RUN/share_of_peak` (achieved over the
   probed peak), `S/ratio/A_over_B` (examples/s, median of window-by-window
   ratios), `S/pair/A~B/AT/KEY`, `S/KEY`."""
 
@@ -181,6 +182,9 @@ class ReportSource(Source):
       run["memory"] = {**memory, **{
           f"{k.removesuffix('_bytes')}_mib": v / MIB
           for k, v in memory.items() if isinstance(v, (int, float))}}
+      if {"output_bytes", "alias_bytes"} <= set(memory):
+        run["memory"]["unaliased_bytes"] = (memory["output_bytes"]
+                                            - memory["alias_bytes"])
       out["run"][name] = run
     out["ratio"] = {
         f"{a}_over_{b}": _ratios(ra["window_examples_per_s"],
