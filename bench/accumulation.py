@@ -41,8 +41,8 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
 import jax
 import numpy as np
 
-from compare import hlo
-from compare.reference import accumulation as reference
+from compare._src import hlo
+from compare._src.reference import accumulation as reference
 from legacy_pmap import accumulation as legacy
 from legacy_pmap import data_parallel as legacy_dp
 from sharded import accumulation as sharded

@@ -28,8 +28,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
-from compare import hlo
-from compare.reference import ensemble as reference
+from compare._src import hlo
+from compare._src.reference import ensemble as reference
 from legacy_pmap import ensemble as legacy
 from sharded import ensemble as port
 from workloads import batches

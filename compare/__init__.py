@@ -11,9 +11,10 @@ The conversions between pmap's layouts and a mesh's are here too
 For our own programs: `python -m compare --strategy data_parallel|ensemble|
 accumulation`, through the same `prove`. Every strategy's runs (pmap, the
 shard_map and jit ports, the one-device reference) train from the same state
-on the same batches; `runner` records them, `verdicts` judges them against
-their tolerances and a calibration, `timing`, `hlo` and `utilisation`
-measure them, `report` and `plots` show them.
+on the same batches. The engine is private (`compare._src`): its `runner`
+records them, `verdicts` judges them against their tolerances and a
+calibration, `timing`, `hlo` and `utilisation` measure them, `report` and
+`plots` show them. The pytest plugin is `compare.pytest_plugin`.
 
 The public names load on first use, so that `import compare` (e.g. by the
 pytest plugin) imports no jax before the emulated device count is set.
@@ -23,7 +24,7 @@ import importlib
 import typing
 
 if typing.TYPE_CHECKING:  # the names, for type checkers and the guide
-  from compare.adapt import adapt_step
+  from compare._src.adapt import adapt_step
   from compare.conversions import device_key
   from compare.conversions import replicate
   from compare.conversions import shard_batch
@@ -32,18 +33,18 @@ if typing.TYPE_CHECKING:  # the names, for type checkers and the guide
   from compare.conversions import to_devices
   from compare.conversions import to_mesh
   from compare.conversions import unreplicate
-  from compare.port import Port
-  from compare.port import PortError
-  from compare.proof import Proof
-  from compare.proof import prove
+  from compare._src.port import Port
+  from compare._src.port import PortError
+  from compare._src.proof import Proof
+  from compare._src.proof import prove
 
 # Public name -> the module that defines it.
 _PUBLIC = {
-    "Port": "compare.port",
-    "adapt_step": "compare.adapt",
-    "PortError": "compare.port",
-    "Proof": "compare.proof",
-    "prove": "compare.proof",
+    "Port": "compare._src.port",
+    "adapt_step": "compare._src.adapt",
+    "PortError": "compare._src.port",
+    "Proof": "compare._src.proof",
+    "prove": "compare._src.proof",
     "replicate": "compare.conversions",
     "unreplicate": "compare.conversions",
     "split_batch": "compare.conversions",

@@ -8,19 +8,15 @@ In a test::
       testing.assert_port_equivalent(my_package.port())
 
 The devices: add `shardport_devices = 8` to the `[tool.pytest.ini_options]`
-of `pyproject.toml` (or `pytest.ini`). The `shardport` pytest plugin, which
-installing shardport registers, then emulates that many CPU devices before
-any test module imports jax (`pytest_load_initial_conftests`), and fails the
-session at once where jax started before it could. Without the plugin, the
-same recipe in the top `conftest.py`, before anything imports jax::
+of `pyproject.toml` (or `pytest.ini`). The `shardport` pytest plugin
+(`compare.pytest_plugin`), which installing shardport registers, then
+emulates that many CPU devices before any test module imports jax. Without
+the plugin, the same recipe in the top `conftest.py`, before anything
+imports jax::
 
     from launch import emulation
     emulation.set_cpu_device_count(8)
 """
-
-import os
-
-INI = "shardport_devices"
 
 
 def assert_port_equivalent(port, *, steps=None, check_every: int = 1,
@@ -43,8 +39,8 @@ def assert_port_equivalent(port, *, steps=None, check_every: int = 1,
       failing step, the pair, the leaf and the sizes), or the `Port` itself
       is wrong (its one-line `PortError`).
   """
-  from compare import port as port_module  # pylint: disable=g-import-not-at-top
-  from compare import proof  # pylint: disable=g-import-not-at-top
+  from compare._src import port as port_module  # pylint: disable=g-import-not-at-top
+  from compare._src import proof  # pylint: disable=g-import-not-at-top
   try:
     result = proof.prove(port, steps=steps, check_every=check_every,
                          windows=windows, control=control)
@@ -71,42 +67,3 @@ def failure_message(report: dict) -> str:
     first = (f"{v['a']} vs {v['b']} differ at the {v['at'].replace('_', ' ')}"
              + (f", most at {v['worst']}" if v.get("worst") else ""))
   return f"{report['strategy']} is not equivalent: {first} ({sizes})"
-
-
-def _devices(config) -> int | None:
-  value = config.getoption("shardport_devices", None) or config.getini(INI)
-  if not value:
-    return None
-  if not str(value).isdigit() or int(value) < 1:
-    import pytest  # pylint: disable=g-import-not-at-top
-    raise pytest.UsageError(f"{INI} must be a positive integer, got {value!r}")
-  return int(value)
-
-
-def pytest_addoption(parser):
-  """`shardport_devices` (ini) and `--shardport-devices N`."""
-  parser.addini(INI, "emulated CPU devices for jax, set before it starts")
-  parser.addoption("--shardport-devices", dest="shardport_devices",
-                   default=None, help="emulated CPU devices for jax")
-
-
-def pytest_load_initial_conftests(early_config, parser, args):
-  """Sets the device count before conftest files and tests import jax."""
-  del parser, args
-  count = _devices(early_config)
-  if count:
-    from launch import emulation  # pylint: disable=g-import-not-at-top
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    emulation.set_cpu_device_count(count)
-
-
-def pytest_sessionstart(session):
-  """Fails at once where jax started with another device count."""
-  count = _devices(session.config)
-  if count:
-    import jax  # pylint: disable=g-import-not-at-top
-    import pytest  # pylint: disable=g-import-not-at-top
-    if jax.device_count() != count:
-      raise pytest.UsageError(
-          f"{INI} = {count} but jax sees {jax.device_count()} devices: jax "
-          "started before the plugin could set XLA_FLAGS")

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare import hlo
-from compare import strategies
+from compare._src import hlo
+from compare._src import strategies
 from training.programs import accumulation
 from tests import helpers
 from workloads import batches

@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from training import protocol
-from compare import strategies
+from compare._src import strategies
 from legacy_pmap import devices as legacy_devices
 from sharded import devices as port_devices
 from workloads import batches

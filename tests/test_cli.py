@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from compare import cli
-from compare import runner
-from compare import strategies
-from compare import tolerances
+from compare._src import cli
+from compare._src import runner
+from compare._src import strategies
+from compare._src import tolerances
 
 SMALL = ["--strategy", "data_parallel", "--steps", "2", "--batch-size", "64",
          "--windows", "1"]

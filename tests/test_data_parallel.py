@@ -8,9 +8,9 @@ import dataclasses
 
 import pytest
 
-from compare import equivalence
-from compare import negative_controls
-from compare import strategies
+from compare._src import equivalence
+from compare._src import negative_controls
+from compare._src import strategies
 from tests import helpers
 from workloads import batches
 from workloads import configs

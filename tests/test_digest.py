@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from compare import strategies
+from compare._src import strategies
 from training import checkpoints
 from workloads import digest
 

@@ -12,8 +12,8 @@ import numpy as np
 import optax
 import pytest
 
-from compare import strategies
-from compare.tolerances import Tolerance
+from compare._src import strategies
+from compare._src.tolerances import Tolerance
 from tests import helpers
 from workloads import batches
 from workloads import configs

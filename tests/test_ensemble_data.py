@@ -12,8 +12,8 @@ import dataclasses
 
 import pytest
 
-from compare import cli
-from compare import strategies
+from compare._src import cli
+from compare._src import strategies
 from legacy_pmap import devices as legacy_devices
 from sharded import devices
 from sharded import train as sharded_train

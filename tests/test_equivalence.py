@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from compare import equivalence
-from compare import hlo
-from compare import strategies
-from compare import tolerances
+from compare._src import equivalence
+from compare._src import hlo
+from compare._src import strategies
+from compare._src import tolerances
 
 TOL = tolerances.Tolerance(rtol=1e-5, atol=1e-5)
 

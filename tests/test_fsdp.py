@@ -10,9 +10,9 @@ import jax
 import numpy as np
 import pytest
 
-from compare import cli
-from compare import hlo
-from compare.strategies import fsdp as strategy_module
+from compare._src import cli
+from compare._src import hlo
+from compare._src.strategies import fsdp as strategy_module
 from sharded import data_parallel as port_dp
 from tests import helpers
 from workloads import batches

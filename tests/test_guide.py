@@ -23,8 +23,8 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bench import measure as measuring
-from compare import hlo
-from compare import show_diff
+from compare._src import hlo
+from compare._src import show_diff
 from docs import build_guide as guide
 from docs.guide import DOCUMENTS
 from docs.guide import figures
@@ -131,7 +131,7 @@ def test_a_wrong_line_in_either_template_is_caught(copy, template, line,
 
 def test_names_are_resolved_in_the_source_not_guessed():
   assert guide.project_file(ROOT, "sharded.devices.placement")
-  assert guide.project_file(ROOT, "compare.tolerances.Tolerance")
+  assert guide.project_file(ROOT, "compare._src.tolerances.Tolerance")
   assert guide.project_file(ROOT, "workloads.registry.Workload.loss")
   assert guide.project_file(ROOT, "sharded.devices.placement.x") is None
   assert guide.library_exists("lax.pmean")
@@ -166,7 +166,7 @@ def test_measured_table_is_compares_report_or_says_how(copy):
   table = guide.measured_table(copy)
   assert "jax 0.10.2" in table and "2026-01-02" in table
   assert "load average 1.0/2.0/3.0" in table
-  from compare import report as compare_report  # pylint: disable=g-import-not-at-top
+  from compare._src import report as compare_report  # pylint: disable=g-import-not-at-top
   for row in compare_report.run_rows(report):  # compare's own rendering
     assert "| " + " | ".join(row) + " |" in table
   assert "temp MiB" in table

@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare import negative_controls
-from compare import strategies
-from compare.tolerances import Tolerance
+from compare._src import negative_controls
+from compare._src import strategies
+from compare._src.tolerances import Tolerance
 from tests import helpers
 from workloads import batches
 from workloads import datasets

@@ -62,7 +62,7 @@ def test_the_check_sees_an_upward_import_inside_a_function(tmp_path,
   # Negative control: an import hidden in a function body is still seen.
   planted = tmp_path / "workloads"
   planted.mkdir()
-  (planted / "x.py").write_text("def f():\n  from compare import cli\n")
+  (planted / "x.py").write_text("def f():\n  from compare._src import cli\n")
   monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
   monkeypatch.setattr(sys.modules[__name__], "LAYERS",
                       {"workloads": 0, "compare": 4})
@@ -98,3 +98,30 @@ def test_launch_imports_no_jax():
   code = ("import sys\nfrom launch import baseline, distributed, emulation, "
           "files, launcher, options\nassert 'jax' not in sys.modules")
   subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+# compare's public face: `compare.__all__`'s names, the modules behind them
+# and the pytest plugin; the engine, measurement, presentation and our
+# strategies are `compare._src` (issue 30).
+COMPARE_PUBLIC = ["conversions", "pytest_plugin", "testing"]
+
+
+def _public_looking(package):
+  """The modules and subpackages of `package` whose names do not say they
+  are private (a leading underscore; `__init__` and `__main__` aside)."""
+  return sorted(path.stem for path in package.iterdir()
+                if not path.name.startswith("_")
+                and (path.suffix == ".py" or (path / "__init__.py").exists()))
+
+
+def test_compare_shows_only_its_public_modules():
+  assert _public_looking(ROOT / "compare") == COMPARE_PUBLIC
+
+
+def test_the_check_sees_an_engine_module_made_public(tmp_path):
+  # Negative control: a runner beside the public modules is seen.
+  for name in [*COMPARE_PUBLIC, "__init__", "runner"]:
+    (tmp_path / f"{name}.py").write_text("")
+  (tmp_path / "_src").mkdir()
+  (tmp_path / "_src" / "__init__.py").write_text("")
+  assert _public_looking(tmp_path) == sorted([*COMPARE_PUBLIC, "runner"])

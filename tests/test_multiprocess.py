@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from compare import cli
+from compare._src import cli
 from launch import launcher
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -8,8 +8,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from compare import cli
-from compare import perturbations
+from compare._src import cli
+from compare._src import perturbations
 
 pytest_plugins = ("pytester",)
 TOY = "tests.toy_ports"
@@ -150,7 +150,7 @@ def test_the_readme_example_runs(capsys):
 
 
 def test_a_dtype_alone_is_a_tree_difference_naming_it():
-  from compare import port_steps  # pylint: disable=g-import-not-at-top
+  from compare._src import port_steps  # pylint: disable=g-import-not-at-top
   same = {"w": np.zeros(3, np.float32)}
   half = {"w": np.zeros(3, np.float16)}
   assert port_steps.tree_difference(same, same, "got", "want") is None
@@ -162,7 +162,7 @@ def test_a_dtype_alone_is_a_tree_difference_naming_it():
 
 def test_pmaps_metrics_are_the_mean_over_its_devices():
   # Per-device values 1..8 read back as their mean, 4.5: not device 0's.
-  from compare import port_runs  # pylint: disable=g-import-not-at-top
+  from compare._src import port_runs  # pylint: disable=g-import-not-at-top
   run = port_runs.PmapRun(None, None, None)
   metrics = run.metrics_to_host({"loss": np.arange(1, 9, dtype=np.float32),
                                  "lr": np.full(8, 0.1, np.float32)})

@@ -2,11 +2,11 @@
 
 import pytest
 
-from compare import cli
-from compare import show_diff
-from compare import strategies
-from compare import tolerances
-from compare.strategies import data_parallel
+from compare._src import cli
+from compare._src import show_diff
+from compare._src import strategies
+from compare._src import tolerances
+from compare._src.strategies import data_parallel
 
 
 class LinregTutorial(strategies.Strategy):

@@ -18,10 +18,10 @@ import jax
 from jax.experimental.compilation_cache import compilation_cache
 import pytest
 
-from compare import cli
-from compare import runner
-from compare import strategies
-from compare import switch
+from compare._src import cli
+from compare._src import runner
+from compare._src import strategies
+from compare._src import switch
 from tests import helpers
 from workloads import datasets
 from workloads import digest

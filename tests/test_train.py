@@ -21,8 +21,8 @@ import pytest
 from training import checkpoints
 from training import handover
 from training import dispatch
-from compare import strategies
-from compare.reference import data_parallel as reference
+from compare._src import strategies
+from compare._src.reference import data_parallel as reference
 from legacy_pmap import data_parallel as legacy_dp
 from legacy_pmap import train as legacy_train
 from sharded import data_parallel as sharded_dp

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from bench import verdict_runs
-from compare import cli
-from compare import strategies
+from compare._src import cli
+from compare._src import strategies
 
 SHORT = {"data_parallel": ["--steps", "3", "--batch-size", "64"],
          "accumulation": ["--steps", "3", "--batch-size", "64"],

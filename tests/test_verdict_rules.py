@@ -1,17 +1,17 @@
 """The verdicts' rules on made-up checks, no run: lockstep's band and its
 rounding-flip rule, the step metrics, the end's shared-state evaluation
-and the calibration runs' spread (`compare.verdicts`). The runs that show
+and the calibration runs' spread (`compare._src.verdicts`). The runs that show
 them on real programs are in tests/test_verdict.py.
 """
 
 import numpy as np
 import pytest
 
-from compare import equivalence
-from compare import lockstep
-from compare import runner
-from compare import strategies
-from compare import verdicts
+from compare._src import equivalence
+from compare._src import lockstep
+from compare._src import runner
+from compare._src import strategies
+from compare._src import verdicts
 
 
 def _checks(errors, band=1e-5, multiple=10.0):

@@ -1,6 +1,6 @@
 """The public API every strategy module exposes, in both backends.
 
-`legacy_pmap.<strategy>`, `sharded.<strategy>` and `compare.reference.
+`legacy_pmap.<strategy>`, `sharded.<strategy>` and `compare._src.reference.
 <strategy>` all satisfy `StrategyModule` (a module can satisfy a Protocol);
 `tests/test_api.py` checks that the signatures match name for name. Where the
 backends differ in a way the loop or the harness must know, the module

@@ -53,8 +53,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bench.perf import paired
-from compare import hlo as hlo_lib
-from compare.reference import data_parallel as reference
+from compare._src import hlo as hlo_lib
+from compare._src.reference import data_parallel as reference
 from sharded import data_parallel as port
 from workloads import batches, configs
 

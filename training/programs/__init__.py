@@ -1,7 +1,7 @@
 """Every training program, by name: what the training loop needs of each.
 
 `python -m legacy_pmap.train` and `python -m sharded.train` take their
-`--strategy` choices from `PROGRAMS`; `compare.strategies` extends each
+`--strategy` choices from `PROGRAMS`; `compare._src.strategies` extends each
 program with how it is judged.
 """
 

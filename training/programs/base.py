@@ -5,7 +5,7 @@ backend plus this description of it: its config, all its input validation,
 the calls of its step per optimiser step, its evaluation cadence and how its
 test metrics are summarised. How `compare` judges a program (runs, pairs,
 tolerances, controls, report lines, plot) is not here: it extends a program
-in `compare.strategies`. Subclasses override only what differs.
+in `compare._src.strategies`. Subclasses override only what differs.
 """
 
 import dataclasses

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
-from compare.reference import OneDevice
+from compare._src.reference import OneDevice
 from workloads import canonical
 from workloads import ensemble
 

@@ -6,14 +6,14 @@ tolerance table and order, and the tests' parametrisation all derive from
 registered below (or with `register` from elsewhere).
 """
 
-from compare.strategies.accumulation import Accumulation
-from compare.strategies.base import NegativeControl
-from compare.strategies.base import RunSpec
-from compare.strategies.base import Strategy
-from compare.strategies.data_parallel import DataParallel
-from compare.strategies.ensemble import Ensemble
-from compare.strategies.ensemble_data import EnsembleData
-from compare.strategies.fsdp import Fsdp
+from compare._src.strategies.accumulation import Accumulation
+from compare._src.strategies.base import NegativeControl
+from compare._src.strategies.base import RunSpec
+from compare._src.strategies.base import Strategy
+from compare._src.strategies.data_parallel import DataParallel
+from compare._src.strategies.ensemble import Ensemble
+from compare._src.strategies.ensemble_data import EnsembleData
+from compare._src.strategies.fsdp import Fsdp
 from workloads import configs
 
 STRATEGIES: dict[str, Strategy] = {}

@@ -7,13 +7,13 @@ reference alone. On the original runtime (jax 0.9.2 with
 JAX_PMAP_SHMAP_MERGE=0) all four runs train.
 """
 
-from compare import negative_controls as controls
-from compare.reference import ensemble_data as reference
-from compare.strategies.base import NegativeControl
-from compare.strategies.base import RunSpec
-from compare.strategies.base import Strategy
-from compare.strategies.ensemble import Ensemble
-from compare.tolerances import Tolerance
+from compare._src import negative_controls as controls
+from compare._src.reference import ensemble_data as reference
+from compare._src.strategies.base import NegativeControl
+from compare._src.strategies.base import RunSpec
+from compare._src.strategies.base import Strategy
+from compare._src.strategies.ensemble import Ensemble
+from compare._src.tolerances import Tolerance
 from legacy_pmap import ensemble_data as legacy
 from sharded import devices
 from sharded import ensemble_data as port

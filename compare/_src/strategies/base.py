@@ -11,10 +11,10 @@ differs from these defaults.
 import dataclasses
 from typing import Any, ClassVar
 
-from compare import perturbations
-from compare import plots
-from compare.negative_controls import NegativeControl
-from compare.tolerances import Tolerance
+from compare._src import perturbations
+from compare._src import plots
+from compare._src.negative_controls import NegativeControl
+from compare._src.tolerances import Tolerance
 from training.programs import Program
 from workloads import batches
 from workloads import configs
@@ -23,7 +23,7 @@ from workloads import configs
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
   """One run a strategy asks for: its name in the report, its module and
-  variant (`compare.runner.Run` is the run as it trains)."""
+  variant (`compare._src.runner.Run` is the run as it trains)."""
 
   name: str
   module: Any
@@ -32,7 +32,7 @@ class RunSpec:
 
 # A pair's step from the shared state may differ from its partner's by this
 # multiple of the one-step band: the reference's own step taken again with
-# its rows reordered, the largest over the checked steps (`compare.lockstep`).
+# its rows reordered, the largest over the checked steps (`compare._src.lockstep`).
 LOCKSTEP_MULTIPLE = 10.0
 LOCKSTEP_REASON = (
     "one step from the same state differs only in summation order, so the "

@@ -9,7 +9,7 @@ real accelerators.
 
 import os
 
-from compare import runner
+from compare._src import runner
 
 
 def parse(text: str) -> tuple[int, ...]:

@@ -5,7 +5,7 @@ Generic: what only one strategy reports comes from its `report_lines`.
 
 import statistics
 
-from compare import lockstep
+from compare._src import lockstep
 
 SCHEMA = 2
 # shard_map must keep at least this share of pmap's throughput (issue 2).

@@ -5,13 +5,13 @@ several members per device (`--members 16` on 8 devices) the port is checked
 against the reference alone.
 """
 
-from compare import negative_controls as controls
-from compare import plots
-from compare.reference import ensemble as reference
-from compare.strategies.base import NegativeControl
-from compare.strategies.base import RunSpec
-from compare.strategies.base import Strategy
-from compare.tolerances import Tolerance
+from compare._src import negative_controls as controls
+from compare._src import plots
+from compare._src.reference import ensemble as reference
+from compare._src.strategies.base import NegativeControl
+from compare._src.strategies.base import RunSpec
+from compare._src.strategies.base import Strategy
+from compare._src.tolerances import Tolerance
 from legacy_pmap import ensemble as legacy
 from sharded import ensemble as port
 from training.programs import EnsembleProgram

@@ -18,7 +18,7 @@ Each port run's step is also compared with its witness's (the pmap run, never
 planted): a pair whose two programs differ (pmap and the one-device
 reference) can part at one step by a rounding flip, which the verdict
 excuses only where every port run in the pair took its witness's step
-(`compare.verdicts.lockstep`).
+(`compare._src.verdicts.lockstep`).
 """
 
 import dataclasses
@@ -27,7 +27,7 @@ import time
 import jax
 import numpy as np
 
-from compare import equivalence
+from compare._src import equivalence
 from training import checkpoints
 from training.metrics import global_devices
 
@@ -74,7 +74,7 @@ class Lockstep:
                n_devices: int, rows, truth: str, perturbation,
                port_runs=(), witness=None):
     """`truth` names the ground-truth run; `perturbation(t)` is the change
-    (`compare.perturbations`) of its calibration step at step t;
+    (`compare._src.perturbations`) of its calibration step at step t;
     `port_runs` are the runs a negative control plants its mistake in,
     `witness` the run each of them must take the step of (pmap), if it
     runs."""
@@ -165,7 +165,7 @@ class Lockstep:
   def evaluate_shared(self, steps: int, evaluate) -> None:
     """Every run's own `evaluate(run, state)` of the ground truth's state
     after `steps` steps, placed in the run's layout: the end-of-run check
-    that free-running chaos cannot reach (`compare.verdicts.final`)."""
+    that free-running chaos cannot reach (`compare._src.verdicts.final`)."""
     shared = self.reference.host
     self.shared_eval = {
         name: evaluate(run, run.state if equivalence.trees_same_bits(

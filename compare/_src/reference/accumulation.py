@@ -8,7 +8,7 @@ The state is the workload's own (never optax.MultiSteps-wrapped): the ports'
 `to_host` unwrap theirs to this layout.
 """
 
-from compare.reference import data_parallel
+from compare._src.reference import data_parallel
 
 VARIANTS = ("reference",)
 PROCESS_LOCAL_BATCH = False

@@ -1,11 +1,11 @@
 """data_parallel: pmap, shard_map and jit against the single-device reference."""
 
-from compare import negative_controls as controls
-from compare.reference import data_parallel as reference
-from compare.strategies.base import NegativeControl
-from compare.strategies.base import RunSpec
-from compare.strategies.base import Strategy
-from compare.tolerances import Tolerance
+from compare._src import negative_controls as controls
+from compare._src.reference import data_parallel as reference
+from compare._src.strategies.base import NegativeControl
+from compare._src.strategies.base import RunSpec
+from compare._src.strategies.base import Strategy
+from compare._src.tolerances import Tolerance
 from legacy_pmap import data_parallel as legacy
 from sharded import data_parallel as port
 from training.programs import DataParallelProgram

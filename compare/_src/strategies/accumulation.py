@@ -6,12 +6,12 @@ each accumulation port must equal its data-parallel twin bitwise, and with
 K > 1 their memory is the full-batch baseline on the same devices.
 """
 
-from compare.reference import accumulation as reference
-from compare.strategies.base import RunSpec
-from compare.strategies.base import Strategy
-from compare.strategies.data_parallel import COMMON_CONTROLS
-from compare.strategies.data_parallel import FINAL
-from compare.tolerances import Tolerance
+from compare._src.reference import accumulation as reference
+from compare._src.strategies.base import RunSpec
+from compare._src.strategies.base import Strategy
+from compare._src.strategies.data_parallel import COMMON_CONTROLS
+from compare._src.strategies.data_parallel import FINAL
+from compare._src.tolerances import Tolerance
 from legacy_pmap import accumulation as legacy
 from legacy_pmap import data_parallel as legacy_dp
 from sharded import accumulation as port

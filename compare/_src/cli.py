@@ -13,10 +13,10 @@ from launch import distributed
 from launch import emulation
 from launch import files
 from launch import options
-from compare import report
-from compare import strategies
-from compare import switch
-from compare import sweep
+from compare._src import report
+from compare._src import strategies
+from compare._src import switch
+from compare._src import sweep
 
 EXIT_PASS, EXIT_DIFFER, EXIT_USAGE, EXIT_DIVERGED = 0, 1, 2, 3
 UsageError = options.UsageError
@@ -135,8 +135,8 @@ def _prepare(args):
 
 def _run_program(args):
   """`--program PKG.MODULE:NAME`: a team's port, proved."""
-  from compare import port  # pylint: disable=g-import-not-at-top
-  from compare import proof  # pylint: disable=g-import-not-at-top
+  from compare._src import port  # pylint: disable=g-import-not-at-top
+  from compare._src import proof  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   try:
     program = port.load(args.program)
@@ -161,7 +161,7 @@ def _run_program(args):
 
 
 def _run(args):
-  from compare import proof  # pylint: disable=g-import-not-at-top
+  from compare._src import proof  # pylint: disable=g-import-not-at-top
 
   strategy, config, data, n_devices, control = _prepare(args)
   if args.sweep_devices:
@@ -228,7 +228,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     _check(args)
     if args.show_diff:
-      from compare import show_diff  # pylint: disable=g-import-not-at-top
+      from compare._src import show_diff  # pylint: disable=g-import-not-at-top
       print(show_diff.program_diff(args.show_diff))
       return EXIT_PASS
     if distributed.is_launcher(args):

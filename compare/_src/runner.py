@@ -7,7 +7,7 @@ parameter difference of every pair, and of the reference and each
 calibration run, is recorded at every step. Every run is checked for
 non-finite loss and parameters at every step; training stops at the first
 step where one blows up. Throughput is timed afterwards, interleaved across
-runs (`compare.timing`).
+runs (`compare._src.timing`).
 """
 
 import dataclasses
@@ -19,15 +19,15 @@ import numpy as np
 import tqdm
 
 from launch import distributed
-from compare import equivalence
-from compare import hlo
-from compare import lockstep
-from compare import perturbations
-from compare import switch
-from compare import timing
-from compare import utilisation
-from compare import verdicts
-from compare.reference import OneDevice
+from compare._src import equivalence
+from compare._src import hlo
+from compare._src import lockstep
+from compare._src import perturbations
+from compare._src import switch
+from compare._src import timing
+from compare._src import utilisation
+from compare._src import verdicts
+from compare._src.reference import OneDevice
 from training import dispatch
 from training import metrics as run_metrics
 from training.metrics import global_devices
@@ -47,7 +47,7 @@ class Run:
   variant: str
   calls: int = 1
   n_devices: int = 1
-  # A calibration run's change (`compare.perturbations`), else None.
+  # A calibration run's change (`compare._src.perturbations`), else None.
   perturbation: object = None
   local_batch: bool = False
   same_as: object = None
@@ -62,7 +62,7 @@ class Run:
   first_step: object = None
   step_metrics: dict = dataclasses.field(default_factory=dict)
   host: object = None
-  initial: object = None  # a copy of the initial state (`compare.lockstep`)
+  initial: object = None  # a copy of the initial state (`compare._src.lockstep`)
   handover: dict | None = None  # what `--switch-at` handed over (pmap's)
   history: list = dataclasses.field(default_factory=list)
   summary: dict = dataclasses.field(default_factory=dict)
@@ -224,8 +224,8 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   """Trains every active run in lockstep.
 
   With `switch_at` the port's runs restore pmap's checkpoint of that step
-  and continue from it (`compare.switch`). Every `check_every`-th step each
-  run also steps from the reference's state (`compare.lockstep`).
+  and continue from it (`compare._src.switch`). Every `check_every`-th step each
+  run also steps from the reference's state (`compare._src.lockstep`).
 
   Returns:
     `(runs, pairs, drift, diverged, lockstep)`: the runs (calibrations
@@ -352,7 +352,7 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
       "runs": {run.name: _run_report(strategy, config, run, speeds[run.name])
                for run in runs},
       "calibration": calibration_report,
-      # What --switch-at handed over (compare.switch), else None.
+      # What --switch-at handed over (compare._src.switch), else None.
       "switch": handed,
       "truth": strategy.truth,
       "calibration_change": strategy.calibration_change,

@@ -6,7 +6,7 @@ Reported beside the verdict, all from the same run: each run's bytes of
 params + optimiser state on one device (its addressable shards), against the
 data_parallel run's replicated state (target: at most 1/N + 10%); the bytes
 each step all-gathers and reduce-scatters against the data_parallel run's
-all-reduce (`compare.hlo`, in each run's entry); and examples/s against the
+all-reduce (`compare._src.hlo`, in each run's entry); and examples/s against the
 data_parallel run, window by window.
 """
 
@@ -15,14 +15,14 @@ import math
 import jax
 from jax import lax
 
-from compare import negative_controls as controls
-from compare import report as report_module
-from compare.reference import data_parallel as reference
-from compare.strategies.base import NegativeControl
-from compare.strategies.base import RunSpec
-from compare.strategies.base import Strategy
-from compare.strategies.data_parallel import FINAL
-from compare.tolerances import Tolerance
+from compare._src import negative_controls as controls
+from compare._src import report as report_module
+from compare._src.reference import data_parallel as reference
+from compare._src.strategies.base import NegativeControl
+from compare._src.strategies.base import RunSpec
+from compare._src.strategies.base import Strategy
+from compare._src.strategies.data_parallel import FINAL
+from compare._src.tolerances import Tolerance
 from legacy_pmap import fsdp as legacy
 from sharded import data_parallel as replicated
 from sharded import fsdp as port

@@ -2,7 +2,7 @@
 
 import jax
 
-from compare.reference import OneDevice
+from compare._src.reference import OneDevice
 from workloads import canonical
 from workloads import registry
 

@@ -11,15 +11,15 @@ import dataclasses
 import jax
 import numpy as np
 
-from compare import adapt
+from compare._src import adapt
 from compare import conversions
-from compare import negative_controls as controls
-from compare import perturbations
-from compare import port_steps
-from compare.reference import OneDevice
-from compare.strategies.base import RunSpec
-from compare.strategies.base import Strategy
-from compare.tolerances import Tolerance
+from compare._src import negative_controls as controls
+from compare._src import perturbations
+from compare._src import port_steps
+from compare._src.reference import OneDevice
+from compare._src.strategies.base import RunSpec
+from compare._src.strategies.base import Strategy
+from compare._src.tolerances import Tolerance
 from legacy_pmap import devices as pmap_devices
 from sharded import devices as mesh_devices
 from workloads import canonical
@@ -111,7 +111,7 @@ class PmapRun(_Run):
 class BroadcastPmapRun(PmapRun):
   """The new pmap style (`in_axes=None, out_axes=None` for the state): one
   state broadcast to every device, not a stacked copy per device (one
-  process: `compare.port.check` refuses it in many)."""
+  process: `compare._src.port.check` refuses it in many)."""
 
   CHECKPOINTS = mesh_devices
 

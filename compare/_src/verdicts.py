@@ -4,7 +4,7 @@ divergence.
 After one step every pair must be within the strategy's first-step tolerance
 (a 1% learning-rate change is 1000x above it). At every checked step every
 pair's step from one shared state must stay within
-`strategy.lockstep_multiple` times the one-step band (`compare.lockstep`):
+`strategy.lockstep_multiple` times the one-step band (`compare._src.lockstep`):
 the test of correctness at any length, since nothing carries over from one
 step to the next; a pair of two programs may part at a few steps by a
 rounding flip where every port run took pmap's step, and says so. At the
@@ -12,14 +12,14 @@ end every run evaluates one state (the ground truth's final one) with its
 own `evaluate`: a pair's metrics must agree to rounding. The free-running
 runs' test metrics against the spread of the calibration runs (the
 reference trained again with its batch rows summed in other orders,
-`compare.runner.CALIBRATIONS`), and their drift against the calibration
+`compare._src.runner.CALIBRATIONS`), and their drift against the calibration
 band, are shown, not judged: rounding alone separates two correct runs
 chaotically.
 """
 
 import numpy as np
 
-from compare import equivalence
+from compare._src import equivalence
 
 DIVERGED = "diverged"
 # Drift below this fraction of the reference's largest |param| is float
@@ -170,7 +170,7 @@ def _metric_fields(checks, pair):
 
 def lockstep(strategy, checks: dict) -> list[dict]:
   """Every pair at every checked step, from the shared state, against the
-  one-step band (`compare.lockstep`); a pair of two programs that parts at
+  one-step band (`compare._src.lockstep`); a pair of two programs that parts at
   a few steps where every port run took its witness's step is excused (a
   rounding flip), and says so."""
   del strategy

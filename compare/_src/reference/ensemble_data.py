@@ -3,11 +3,11 @@
 Every member trains on the whole global batch in both programs: splitting a
 member's batch over the devices of its row changes only the order in which
 its gradient is summed. So each member is the classic single-model program
-on one device with the global batch, in turn (`compare.reference.ensemble`),
+on one device with the global batch, in turn (`compare._src.reference.ensemble`),
 from the key the backends give it.
 """
 
-from compare.reference import ensemble
+from compare._src.reference import ensemble
 
 VARIANTS = ensemble.VARIANTS
 # put_batch takes the whole global batch, in every process alike.

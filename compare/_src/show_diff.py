@@ -3,17 +3,17 @@
 `python -m compare --show-diff data_parallel` prints `program_diff`. The
 backends mirror each other file for file and function for function, so the
 diff shows only the parallelism lines. The programs are the registered
-strategies' (`compare.strategies.STRATEGIES`).
+strategies' (`compare._src.strategies.STRATEGIES`).
 """
 
 import difflib
 import pathlib
 
-from compare import strategies
+from compare._src import strategies
 
 BACKENDS = ("legacy_pmap", "sharded")
 # The backends are installed (or checked out) beside `compare/`.
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 class ProgramError(ValueError):

@@ -11,8 +11,8 @@ import dataclasses
 import datetime
 import os
 
-from compare import port as port_module
-from compare import report as report_module
+from compare._src import port as port_module
+from compare._src import report as report_module
 from launch import distributed
 from launch import files
 
@@ -71,7 +71,7 @@ def prepare(port, steps: int | None = None):
   Returns:
     `(strategy, config)`; raises `PortError` (one line) on any mistake.
   """
-  from compare import port_runs  # pylint: disable=g-import-not-at-top
+  from compare._src import port_runs  # pylint: disable=g-import-not-at-top
   if steps is not None:
     port = dataclasses.replace(port, steps=steps)
   strategy = port_runs.PortStrategy(port_module.check(port))
@@ -97,7 +97,7 @@ def prove(program, *, steps: int | None = None, control=None,
 
   Args:
     program: a team's `compare.Port`, or one of our strategies
-      (`compare.strategies.STRATEGIES`), which also needs `config`, `data`
+      (`compare._src.strategies.STRATEGIES`), which also needs `config`, `data`
       and `n_devices` (the CLI checks them).
     steps: a `Port`'s steps, overriding its own.
     control: a negative control's name (e.g. `"update-1pct-at:20"`) to
@@ -118,7 +118,7 @@ def prove(program, *, steps: int | None = None, control=None,
       compiles.
   """
   import jax  # pylint: disable=g-import-not-at-top
-  from compare import runner  # pylint: disable=g-import-not-at-top
+  from compare._src import runner  # pylint: disable=g-import-not-at-top
   if isinstance(program, port_module.Port):
     strategy, config = prepare(program, steps)
     # Devices per process, as for our strategies (the mesh spans them all).
