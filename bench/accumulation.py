@@ -4,7 +4,7 @@ Writes the markdown table of docs/accumulation-notes.md to stdout:
 
   python -m bench.accumulation --devices 8 --batch 256 --accum-steps 4
 
-Every loop of `workloads.microbatches.LOOPS` runs under pmap, shard_map and
+Every loop of `shardport.workloads.microbatches.LOOPS` runs under pmap, shard_map and
 jit, beside the plain data-parallel step (K=1 without a loop, the "full
 batch" on the same devices) and the one-device reference, timed interleaved
 (A B C ... A B C ...) over several windows; the median and the spread of
@@ -47,11 +47,11 @@ from legacy_pmap import accumulation as legacy
 from legacy_pmap import data_parallel as legacy_dp
 from sharded import accumulation as sharded
 from sharded import data_parallel as sharded_dp
-from workloads import batches
-from workloads import configs
-from workloads import datasets
-from workloads import registry
-from workloads import microbatches
+from shardport.workloads import batches
+from shardport.workloads import configs
+from shardport.workloads import datasets
+from shardport.workloads import registry
+from shardport.workloads import microbatches
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 

@@ -32,10 +32,10 @@ from compare._src import hlo
 from compare._src.reference import ensemble as reference
 from legacy_pmap import ensemble as legacy
 from sharded import ensemble as port
-from workloads import batches
-from workloads import configs
-from workloads import datasets
-from workloads import ensemble
+from shardport.workloads import batches
+from shardport.workloads import configs
+from shardport.workloads import datasets
+from shardport.workloads import ensemble
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 MEMBERS, REPLICATED = P("ensemble"), P()

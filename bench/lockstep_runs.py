@@ -92,7 +92,7 @@ def _compare(name, argv, folder):
 
 def _cost() -> dict:
   """Default runs with and without the checks, interleaved, in-process."""
-  from launch import emulation  # pylint: disable=g-import-not-at-top
+  from shardport.launch import emulation  # pylint: disable=g-import-not-at-top
   emulation.set_cpu_device_count(8)
   import jax  # pylint: disable=g-import-not-at-top
   if jax.device_count() < 8:  # jax was imported before the count was set
@@ -100,7 +100,7 @@ def _cost() -> dict:
                        f"{jax.device_count()}: run it with --only cost")
   from compare._src import runner  # pylint: disable=g-import-not-at-top
   from compare._src import strategies  # pylint: disable=g-import-not-at-top
-  from workloads import datasets  # pylint: disable=g-import-not-at-top
+  from shardport.workloads import datasets  # pylint: disable=g-import-not-at-top
   data = datasets.load("digits")
   out = {}
   for name in STRATEGIES:

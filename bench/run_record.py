@@ -38,7 +38,7 @@ def write(path: str, target: str, workload: str, **fields) -> None:
 
   jax's version is read from its installed metadata, not by importing it: a
   runner that writes as it goes may still emulate CPU devices afterwards,
-  which only works before jax is imported (`launch.emulation`).
+  which only works before jax is imported (`shardport.launch.emulation`).
   """
   record = {"workload": workload,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),

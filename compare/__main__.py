@@ -2,7 +2,7 @@
 
 import sys
 
-from launch import emulation
+from shardport.launch import emulation
 
 # Before anything imports jax: building the parser imports the registry.
 emulation.set_cpu_device_count(emulation.devices_from_argv(sys.argv[1:]))

@@ -34,7 +34,7 @@ def pytest_load_initial_conftests(early_config, parser, args):
   del parser, args
   count = _devices(early_config)
   if count:
-    from launch import emulation  # pylint: disable=g-import-not-at-top
+    from shardport.launch import emulation  # pylint: disable=g-import-not-at-top
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     emulation.set_cpu_device_count(count)
 

@@ -14,7 +14,7 @@ emulates that many CPU devices before any test module imports jax. Without
 the plugin, the same recipe in the top `conftest.py`, before anything
 imports jax::
 
-    from launch import emulation
+    from shardport.launch import emulation
     emulation.set_cpu_device_count(8)
 """
 

@@ -36,7 +36,7 @@ def fetch_worker(port: int, process_id: int) -> None:
 def fetch_across_processes():
   """`jax.device_get` of an array over 2 processes' devices: both processes
   really run (jax.distributed on localhost); process 0's error, raised here."""
-  from launch import launcher  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from shardport.launch import launcher  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   port = launcher.free_port()
   env = {**launcher.worker_env(2), "PYTHONPATH": str(ROOT)}
   workers = [subprocess.Popen(  # pylint: disable=consider-using-with

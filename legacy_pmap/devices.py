@@ -8,8 +8,8 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from workloads import configs
-from workloads import ensemble
+from shardport.workloads import configs
+from shardport.workloads import ensemble
 
 AXIS = "batch"
 BACKEND = "legacy_pmap"
@@ -49,7 +49,7 @@ def shard_batch(batch, where):
   """This process's rows of the global batch as `[local devices, b, ...]`.
 
   In one process the rows are the whole global batch; with many, each
-  process reads only its slice (`workloads.batches.process_slice`) and pmap
+  process reads only its slice (`shardport.workloads.batches.process_slice`) and pmap
   joins the slices in process order.
   """
   # jax.device_put_sharded is gone in jax 0.10; this is what
@@ -143,7 +143,7 @@ def ensemble_placement(n_devices: int) -> list[jax.Device]:
 
 class MemberCheckpoints:
   """An ensemble's state as a checkpoint holds it: every member, the member
-  axis leading, whatever the processes (`training.checkpoints.Layout`).
+  axis leading, whatever the processes (`shardport.training.checkpoints.Layout`).
 
   pmap's per-member state is host-local under many processes (this
   process's members only): saved, it becomes one global array of all the
@@ -211,7 +211,7 @@ def member_data_mesh(where, members: int) -> np.ndarray:
 
 class MemberReplicas:
   """A nested pmap's ensemble state as a checkpoint holds it: each member
-  once, the member axis leading (`training.checkpoints.Layout`).
+  once, the member axis leading (`shardport.training.checkpoints.Layout`).
 
   The state holds member m on every device of its row, `[members, data,
   ...]` (the inner pmap's replicas); the checkpoint holds the first of them,

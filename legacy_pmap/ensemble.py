@@ -10,15 +10,15 @@ import jax
 from jax import lax
 
 from legacy_pmap import devices
-from workloads import canonical
-from workloads import ensemble
+from shardport.workloads import canonical
+from shardport.workloads import ensemble
 
 VARIANTS = ("pmap",)
 make_placement = devices.ensemble_placement
 # put_batch takes the whole global batch, the same in every process: every
 # member trains on all of it.
 PROCESS_LOCAL_BATCH = False
-# The backend's declared differences (training.protocol).
+# The backend's declared differences (shardport.training.protocol).
 BACKEND = devices.BACKEND
 STEP_TAKES_HOST_LOCAL = devices.STEP_TAKES_HOST_LOCAL
 CHECKPOINTS = devices.MemberCheckpoints
@@ -114,7 +114,7 @@ def make_evaluate(config, placement):
 
 
 def to_host(state):
-  """The whole train state as numpy (`workloads.canonical.fields`), with a
+  """The whole train state as numpy (`shardport.workloads.canonical.fields`), with a
   leading member axis."""
   return devices.fetch_members(canonical.fields(state))
 

@@ -1,7 +1,7 @@
 """Fully sharded data parallelism (fsdp), as a classic pmap program.
 
 Each device holds 1/N of every leaf of the train state (params and optimiser
-state) along the leaf's first axis divisible by N (`workloads.fsdp`); the
+state) along the leaf's first axis divisible by N (`shardport.workloads.fsdp`); the
 others stay replicated. A step gathers the full params
 (`lax.all_gather(..., tiled=True)`), differentiates the device's loss,
 reduce-scatters the gradients (`lax.psum_scatter(..., tiled=True) / N`, the
@@ -27,9 +27,9 @@ from jax.experimental import multihost_utils
 import numpy as np
 
 from legacy_pmap import devices
-from workloads import canonical
-from workloads import fsdp
-from workloads import registry
+from shardport.workloads import canonical
+from shardport.workloads import fsdp
+from shardport.workloads import registry
 
 VARIANTS = ("pmap",)
 PROCESS_LOCAL_BATCH = True
@@ -159,7 +159,7 @@ def _unsharded(tree):
 
 def to_host(state):
   """The whole train state as numpy, full leaves, no device axis: the same
-  canonical layout as data_parallel's (`workloads.canonical.fields`)."""
+  canonical layout as data_parallel's (`shardport.workloads.canonical.fields`)."""
   return _unsharded(canonical.fields(state))
 
 

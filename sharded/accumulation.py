@@ -15,9 +15,9 @@ from jax.sharding import PartitionSpec as P
 
 from sharded import data_parallel
 from sharded import devices
-from workloads import batches
-from workloads import microbatches
-from workloads import registry
+from shardport.workloads import batches
+from shardport.workloads import microbatches
+from shardport.workloads import registry
 
 VARIANTS = ("shard_map", "jit")
 make_placement = devices.placement
@@ -29,7 +29,7 @@ STEP_TAKES_HOST_LOCAL = data_parallel.STEP_TAKES_HOST_LOCAL
 CHECKPOINTS = data_parallel.CHECKPOINTS
 make_evaluate = data_parallel.make_evaluate
 metrics_to_host = data_parallel.metrics_to_host
-# The canonical fields unwrap optax.MultiSteps (workloads.canonical).
+# The canonical fields unwrap optax.MultiSteps (shardport.workloads.canonical).
 to_host = data_parallel.to_host
 
 

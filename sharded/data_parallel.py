@@ -12,14 +12,14 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from sharded import devices
-from workloads import canonical
-from workloads import registry
+from shardport.workloads import canonical
+from shardport.workloads import registry
 
 VARIANTS = ("shard_map", "jit")
 # put_batch takes this process's rows of the global batch (all of them in
 # one process): each process reads only its slice.
 PROCESS_LOCAL_BATCH = True
-# The backend's declared differences (training.protocol).
+# The backend's declared differences (shardport.training.protocol).
 BACKEND = devices.BACKEND
 STEP_TAKES_HOST_LOCAL = devices.STEP_TAKES_HOST_LOCAL
 CHECKPOINTS = devices
@@ -88,7 +88,7 @@ def make_evaluate(config, placement):
 
 def to_host(state):
   """The whole train state as numpy, in the canonical layout (no device
-  axis): `workloads.canonical.fields`."""
+  axis): `shardport.workloads.canonical.fields`."""
   return devices.fetch(canonical.fields(state))
 
 

@@ -7,8 +7,8 @@ from jax.sharding import AxisType
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from workloads import configs
-from workloads import ensemble
+from shardport.workloads import configs
+from shardport.workloads import ensemble
 
 AXIS = "data"
 BACKEND = "sharded"
@@ -57,7 +57,7 @@ def shard_batch(batch, where):
   """This process's rows of the global batch, as one global array.
 
   In one process the rows are the whole global batch; with many, each
-  process reads only its slice (`workloads.batches.process_slice`) and the
+  process reads only its slice (`shardport.workloads.batches.process_slice`) and the
   global array is assembled from the slices, in process order.
   """
   sharding = NamedSharding(where, P(AXIS))
@@ -127,7 +127,7 @@ def ensemble_placement(n_devices: int) -> jax.sharding.Mesh:
 
 class MemberCheckpoints:
   """An ensemble's state as a checkpoint holds it: every member, the member
-  axis leading (`training.checkpoints.Layout`). The port's state already is
+  axis leading (`shardport.training.checkpoints.Layout`). The port's state already is
   one global array of all the members: Orbax writes it cooperatively, each
   process its own rows, and restores it onto the same shardings.
   """

@@ -15,9 +15,9 @@ import orbax.checkpoint as ocp
 
 from legacy_pmap import data_parallel as legacy_dp
 from sharded import data_parallel
-from training import checkpoints
-from training import run_records
-from training import handover
+from shardport.training import checkpoints
+from shardport.training import run_records
+from shardport.training import handover
 
 
 def write_step(directory, step, tree, record):

@@ -2,7 +2,7 @@
 
 import os
 
-from launch import emulation
+from shardport.launch import emulation
 
 emulation.set_cpu_device_count(8)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -20,7 +20,7 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def digits():
-  from workloads import datasets  # pylint: disable=g-import-not-at-top
+  from shardport.workloads import datasets  # pylint: disable=g-import-not-at-top
   return datasets.load("digits")
 
 

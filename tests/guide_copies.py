@@ -19,8 +19,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # What the guide reads: the project's packages, its docs (both templates,
 # both documents, the measurements), tests and constraints; never virtual
 # environments, data or build outputs.
-_COPIED = ("legacy_pmap", "sharded", "compare", "launch", "training",
-           "workloads", "docs", "bench", "examples", "tests", "constraints",
+_COPIED = ("legacy_pmap", "sharded", "compare", "shardport",
+           "docs", "bench", "examples", "tests", "constraints",
            ".ci")
 
 

@@ -2,7 +2,7 @@
 
 Driver: `run` (and `train`, its final host state) builds a backend's
 placement, state and step and drives it over host batches with
-`training.dispatch.optimizer_step`, so that a step made of several calls
+`shardport.training.dispatch.optimizer_step`, so that a step made of several calls
 (optax.MultiSteps) is one optimiser step here as in `compare`.
 
 Check: `assert_close` / `assert_bitwise` / `verdict` are thin asserts over
@@ -17,10 +17,10 @@ import jax
 import numpy as np
 
 from compare._src import equivalence
-from training import dispatch
+from shardport.training import dispatch
 from compare._src import tolerances
-from workloads import batches
-from workloads import cnn
+from shardport.workloads import batches
+from shardport.workloads import cnn
 
 
 def leaf_scaled(atol: float) -> tolerances.Tolerance:
@@ -125,7 +125,7 @@ def drive(module, placement, state, step, host_batches, calls: int = 1,
     state, step_metrics = whole_step(state,
                                      module.put_batch(host_batch, placement))
     # Queued collective steps can deadlock XLA:CPU's emulated devices
-    # (training.dispatch.max_in_flight): wait for each step.
+    # (shardport.training.dispatch.max_in_flight): wait for each step.
     jax.block_until_ready(state)
     metrics.append(module.metrics_to_host(step_metrics))
     if keep_states:

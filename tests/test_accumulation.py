@@ -17,12 +17,12 @@ import pytest
 
 from compare._src import hlo
 from compare._src import strategies
-from training.programs import accumulation
+from shardport.training.programs import accumulation
 from tests import helpers
-from workloads import batches
-from workloads import configs
-from workloads import datasets
-from workloads import microbatches
+from shardport.workloads import batches
+from shardport.workloads import configs
+from shardport.workloads import datasets
+from shardport.workloads import microbatches
 
 BATCH = 64  # divisible by 8 devices x 4 microbatches, and small: fast steps
 STRATEGY = strategies.get("accumulation")

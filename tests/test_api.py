@@ -6,12 +6,12 @@ import pathlib
 
 import pytest
 
-from training import protocol
+from shardport.training import protocol
 from compare._src import strategies
 from legacy_pmap import devices as legacy_devices
 from sharded import devices as port_devices
-from workloads import batches
-from workloads import configs
+from shardport.workloads import batches
+from shardport.workloads import configs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROGRAMS = sorted({spec.program for spec in strategies.STRATEGIES.values()})

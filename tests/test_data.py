@@ -7,8 +7,8 @@ import pytest
 from sklearn.datasets import load_digits
 import tensorflow_datasets as tfds
 
-from workloads import batches
-from workloads import datasets
+from shardport.workloads import batches
+from shardport.workloads import datasets
 
 
 def _examples(images, labels):

@@ -12,10 +12,10 @@ from compare._src import equivalence
 from compare._src import negative_controls
 from compare._src import strategies
 from tests import helpers
-from workloads import batches
-from workloads import configs
-from workloads import datasets
-from workloads import registry
+from shardport.workloads import batches
+from shardport.workloads import configs
+from shardport.workloads import datasets
+from shardport.workloads import registry
 
 STRATEGY = strategies.get("data_parallel")
 RUNS = {run.name: run for run in STRATEGY.runs}

@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 
 from compare._src import strategies
-from training import checkpoints
-from workloads import digest
+from shardport.training import checkpoints
+from shardport.workloads import digest
 
 N_DEVICES = 8
 # Under optax.MultiSteps these are not in the canonical state: the
 # accumulator and its count are zero at every optimiser-step boundary (where
 # digests are taken), and the call counter is K x optax's own count of
-# optimiser steps, which the canonical `step` is (workloads/microbatches.py).
+# optimiser steps, which the canonical `step` is (shardport/workloads/microbatches.py).
 NOT_CANONICAL = (".opt_state.acc_grads", ".opt_state.mini_step")
 
 
@@ -142,7 +142,7 @@ class _WithBatchStats(flax.training.train_state.TrainState):
 
 def test_any_other_collection_is_in_the_digest_and_the_checkpoint(digits):
   # No workload here carries batch statistics; a state that does is hashed
-  # and saved whole all the same (workloads/canonical.py).
+  # and saved whole all the same (shardport/workloads/canonical.py).
   module, state = _state("data_parallel", "sharded.data_parallel", {},
                          digits)
   stats = {"mean": np.zeros(3, np.float32)}

@@ -15,9 +15,9 @@ import pytest
 from compare._src import strategies
 from compare._src.tolerances import Tolerance
 from tests import helpers
-from workloads import batches
-from workloads import configs
-from workloads import ensemble
+from shardport.workloads import batches
+from shardport.workloads import configs
+from shardport.workloads import ensemble
 
 STRATEGY = strategies.get("ensemble")
 RUNS = {run.name: run for run in STRATEGY.runs}

@@ -18,7 +18,7 @@ from legacy_pmap import devices as legacy_devices
 from sharded import devices
 from sharded import train as sharded_train
 from tests import helpers
-from workloads import configs
+from shardport.workloads import configs
 
 STRATEGY = strategies.get("ensemble_data")
 RUNS = {run.name: run for run in STRATEGY.runs}

@@ -26,8 +26,7 @@ GUIDE = (ROOT / "docs" / "MIGRATION.md").read_text()
 ANCHORS = set(re.findall(r'<a id="([\w-]+)"></a>', GUIDE))
 MEASURED = ROOT / "docs" / "measured" / "errors.json"
 # The packages whose names a reader's code does not have.
-PACKAGES = ("workloads", "launch", "training", "legacy_pmap", "sharded",
-            "compare")
+PACKAGES = ("shardport", "legacy_pmap", "sharded", "compare")
 
 
 @pytest.mark.parametrize("case", errors.CASES, ids=lambda c: c.id)
@@ -115,7 +114,7 @@ def test_the_name_check_sees_a_repository_name():
   assert repository_names_in({
       "a": "shard_map applied to the function '_ring_sum' was given",
       "b": "Got argument a of _incompatible_devices.<locals>.<lambda> with",
-      "c": "the function 'loss_fn'",  # workloads.ensemble.loss_fn
+      "c": "the function 'loss_fn'",  # shardport.workloads.ensemble.loss_fn
       "d": "shard_map applied to the function 'step' was given"}) == {
           "a": ["_ring_sum"], "b": ["_incompatible_devices"],
           "c": ["loss_fn"]}

@@ -15,10 +15,10 @@ from compare._src import hlo
 from compare._src.strategies import fsdp as strategy_module
 from sharded import data_parallel as port_dp
 from tests import helpers
-from workloads import batches
-from training import checkpoints
-from workloads import configs
-from workloads import registry
+from shardport.workloads import batches
+from shardport.training import checkpoints
+from shardport.workloads import configs
+from shardport.workloads import registry
 
 STRATEGY = strategy_module.Fsdp()
 RUNS = {run.name: run for run in STRATEGY.runs}

@@ -11,8 +11,8 @@ from tests.training_jobs import digest_of
 from tests.training_jobs import finished  # pylint: disable=unused-import (a fixture)
 from tests.training_jobs import stopped_at
 from tests.training_jobs import train_job
-from training import handover
-from workloads import digest
+from shardport.training import handover
+from shardport.workloads import digest
 
 
 def test_a_data_parallel_job_goes_on_as_fsdp_and_back(finished, tmp_path,

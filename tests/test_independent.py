@@ -25,10 +25,10 @@ from compare._src import negative_controls
 from compare._src import strategies
 from compare._src.tolerances import Tolerance
 from tests import helpers
-from workloads import batches
-from workloads import datasets
-from workloads import ensemble
-from workloads import registry
+from shardport.workloads import batches
+from shardport.workloads import datasets
+from shardport.workloads import ensemble
+from shardport.workloads import registry
 
 N_DEVICES = jax.device_count()
 STRATEGIES = strategies.STRATEGIES

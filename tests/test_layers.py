@@ -1,5 +1,9 @@
 """The packages' layers: no import points upward, none goes in a circle.
 
+The shared core (`workloads`, `launch`, `training`) lives in the project's
+namespace, `shardport`; the top-level imports are `compare`, `legacy_pmap`,
+`sharded` and `shardport` only.
+
 `workloads` -> `launch` -> `training` -> the backends -> `compare` -> `bench`
 (the measurements that write `docs/measured`) -> `docs` (the guide, whose
 builder runs them, and the examples it quotes) -> `tests`. Every import counts,
@@ -10,6 +14,7 @@ import ast
 import pathlib
 import subprocess
 import sys
+import tomllib
 
 import pytest
 
@@ -22,10 +27,23 @@ LAYERS = {"workloads": 0, "launch": 1, "training": 2, "legacy_pmap": 3,
           "tests": 7}
 
 
+# The layers that live in the project's namespace, `shardport.<layer>`.
+CORE = ("workloads", "launch", "training")
+
+
+def _path(layer):
+  return ROOT / "shardport" / layer if layer in CORE else ROOT / layer
+
+
 def _modules():
   for package in LAYERS:
-    for path in sorted((ROOT / package).rglob("*.py")):
+    for path in sorted(_path(package).rglob("*.py")):
       yield package, path
+
+
+def _layer_of(name):
+  parts = name.split(".")
+  return parts[1] if parts[0] == "shardport" and len(parts) > 1 else parts[0]
 
 
 def _imported_packages(path):
@@ -35,10 +53,11 @@ def _imported_packages(path):
     if isinstance(node, ast.Import):
       names = [alias.name for alias in node.names]
     elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-      names = [node.module]
+      names = ([f"shardport.{alias.name}" for alias in node.names]
+               if node.module == "shardport" else [node.module])
     else:
       continue
-    found |= {name.split(".")[0] for name in names} & set(LAYERS)
+    found |= {_layer_of(name) for name in names} & set(LAYERS)
   return found
 
 
@@ -60,22 +79,22 @@ def test_no_import_points_upward_or_sideways():
 def test_the_check_sees_an_upward_import_inside_a_function(tmp_path,
                                                            monkeypatch):
   # Negative control: an import hidden in a function body is still seen.
-  planted = tmp_path / "workloads"
-  planted.mkdir()
-  (planted / "x.py").write_text("def f():\n  from compare._src import cli\n")
+  planted = tmp_path / "shardport" / "workloads"
+  planted.mkdir(parents=True)
+  (planted / "x.py").write_text("def f():\n  from compare import testing\n")
   monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
   monkeypatch.setattr(sys.modules[__name__], "LAYERS",
                       {"workloads": 0, "compare": 4})
   (tmp_path / "compare").mkdir()
-  assert _violations() == ["workloads/x.py imports compare"]
+  assert _violations() == ["shardport/workloads/x.py imports compare"]
 
 
 def _loaded_after(statement):
   """The project modules loaded by running `statement` in a new process."""
   code = (f"import sys\n{statement}\n"
           "print(' '.join(sorted(m for m in sys.modules "
-          "if m.split('.')[0] in ('compare', 'training', 'launch', "
-          "'legacy_pmap', 'sharded', 'workloads'))))")
+          "if m.split('.')[0] in ('compare', 'shardport', 'legacy_pmap', "
+          "'sharded'))))")
   out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
                        capture_output=True, text=True,
                        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
@@ -89,13 +108,13 @@ def test_training_programs_load_nothing_from_compare(backend, tmp_path):
       f"from {backend} import train\n"
       f"train.main(['--strategy', 'data_parallel', '--steps', '1', "
       f"'--devices', '1', '--workdir', {str(tmp_path / 'w')!r}])")
-  assert "training.loop" in loaded
+  assert "shardport.training.loop" in loaded
   assert not [m for m in loaded if m.split(".")[0] == "compare"], loaded
 
 
 def test_launch_imports_no_jax():
   # The launcher runs before any device count is set.
-  code = ("import sys\nfrom launch import baseline, distributed, emulation, "
+  code = ("import sys\nfrom shardport.launch import baseline, distributed, emulation, "
           "files, launcher, options\nassert 'jax' not in sys.modules")
   subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
@@ -125,3 +144,27 @@ def test_the_check_sees_an_engine_module_made_public(tmp_path):
   (tmp_path / "_src").mkdir()
   (tmp_path / "_src" / "__init__.py").write_text("")
   assert _public_looking(tmp_path) == sorted([*COMPARE_PUBLIC, "runner"])
+
+
+
+# The top-level packages `pip install shardport` puts beside a team's own.
+TOP_LEVEL = ["compare", "legacy_pmap", "sharded", "shardport"]
+
+
+def _installed(pyproject_text):
+  """The top-level packages a pyproject's setuptools `include` installs."""
+  find = tomllib.loads(pyproject_text)["tool"]["setuptools"]["packages"]
+  return sorted({name.split(".")[0].rstrip("*")
+                 for name in find["find"]["include"]})
+
+
+def test_no_generic_top_level_package_is_installed():
+  assert _installed((ROOT / "pyproject.toml").read_text()) == TOP_LEVEL
+  assert not [p for p in CORE if (ROOT / p).exists()]
+
+
+def test_the_check_sees_a_generic_package_installed():
+  # Negative control: `training` installed at the top again is seen.
+  text = (ROOT / "pyproject.toml").read_text().replace(
+      '"shardport*"', '"shardport*", "training*"')
+  assert _installed(text) == sorted([*TOP_LEVEL, "training"])

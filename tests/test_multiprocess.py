@@ -1,11 +1,11 @@
 """Many processes: P x D devices against 1 x (P*D), and faults that never hang.
 
 Every test here starts real worker processes through the programs' own
-`--processes` launcher (`launch.launcher`), on localhost with gloo CPU
+`--processes` launcher (`shardport.launch.launcher`), on localhost with gloo CPU
 collectives, short runs. The 1-process baseline is `--processes 1`: one
 worker joined through jax.distributed, so that its all-reduces are gloo's
 too and sum in the same order (a plain process sums in another: see
-`launch.distributed.collectives`). After every test no process started by
+`shardport.launch.distributed.collectives`). After every test no process started by
 it is left (`_left_behind`).
 """
 
@@ -22,7 +22,7 @@ import time
 import pytest
 
 from compare._src import cli
-from launch import launcher
+from shardport.launch import launcher
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Short runs: linreg compiles in a fraction of the CNN's time; the ensemble

@@ -23,9 +23,9 @@ from compare._src import runner
 from compare._src import strategies
 from compare._src import switch
 from tests import helpers
-from workloads import datasets
-from workloads import digest
-from workloads import registry
+from shardport.workloads import datasets
+from shardport.workloads import digest
+from shardport.workloads import registry
 
 STEPS = 4
 OPTIONS = {"data_parallel": {"workload": "linear512", "global_batch": 64},

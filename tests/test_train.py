@@ -18,9 +18,9 @@ import jax
 import numpy as np
 import pytest
 
-from training import checkpoints
-from training import handover
-from training import dispatch
+from shardport.training import checkpoints
+from shardport.training import handover
+from shardport.training import dispatch
 from compare._src import strategies
 from compare._src.reference import data_parallel as reference
 from legacy_pmap import data_parallel as legacy_dp
@@ -36,8 +36,8 @@ from tests.training_jobs import digest_of
 from tests.training_jobs import finished  # pylint: disable=unused-import (a fixture)
 from tests.training_jobs import stopped_at
 from tests.training_jobs import train_job
-from workloads import batches
-from workloads import digest
+from shardport.workloads import batches
+from shardport.workloads import digest
 
 def _nudged_continuation(backend, strategy, source, data):
   """Step 2 of `source` with every parameter 1e-6 off, run to step 4."""
@@ -314,7 +314,7 @@ def test_bad_input_and_unwritable_workdir_exit_2(tmp_path, capsys,
     assert legacy_train.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("train: error: ") and len(err.splitlines()) == 1
-  from training import workdir  # pylint: disable=g-import-not-at-top
+  from shardport.training import workdir  # pylint: disable=g-import-not-at-top
   full_disk = shutil.disk_usage(tmp_path)._replace(free=1000)
   monkeypatch.setattr(workdir.shutil, "disk_usage", lambda _: full_disk)
   assert legacy_train.main(argv_for("data_parallel", tmp_path / "full")) == 2

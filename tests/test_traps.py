@@ -185,8 +185,8 @@ def test_the_ports_avoid_the_traps_the_guide_shows(digits):
   from compare._src import hlo  # pylint: disable=g-import-not-at-top
   from sharded import accumulation  # pylint: disable=g-import-not-at-top
   from sharded import data_parallel  # pylint: disable=g-import-not-at-top
-  from workloads import batches  # pylint: disable=g-import-not-at-top
-  from workloads import configs  # pylint: disable=g-import-not-at-top
+  from shardport.workloads import batches  # pylint: disable=g-import-not-at-top
+  from shardport.workloads import configs  # pylint: disable=g-import-not-at-top
   placement = data_parallel.make_placement(traps.N)
   # The Explicit trap: the port's mesh is Auto on purpose.
   assert set(placement.axis_types) == {jax.sharding.AxisType.Auto}

@@ -189,7 +189,7 @@ def test_bad_sweep_exits_2(value, capsys):
 
 
 def test_switch_at_catches_a_wrong_restore(tmp_path, monkeypatch):
-  from training import handover  # pylint: disable=g-import-not-at-top
+  from shardport.training import handover  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   resume_into = handover.resume_into
 

@@ -84,7 +84,7 @@ from bench.perf import paired
 from compare._src import hlo as hlo_lib
 from sharded import accumulation as port
 from sharded import devices
-from workloads import batches, configs, microbatches, registry
+from shardport.workloads import batches, configs, microbatches, registry
 
 
 def _config():

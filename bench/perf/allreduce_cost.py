@@ -45,7 +45,7 @@ from bench.perf import paired
 from compare._src import hlo
 from sharded import devices
 
-# The digits CNN's parameter shapes (workloads/cnn.py) and the loss.
+# The digits CNN's parameter shapes (shardport/workloads/cnn.py) and the loss.
 SHAPES = [(32,), (3, 3, 1, 32), (64,), (3, 3, 32, 64), (256,), (256, 256),
           (10,), (256, 10), ()]
 N_ELEMS = sum(int(jnp.prod(jnp.array(s))) if s else 1 for s in SHAPES)

@@ -73,7 +73,7 @@ from bench.perf import paired
 from legacy_pmap import ensemble as legacy
 from sharded import devices
 from sharded import ensemble as port
-from workloads import batches, configs, datasets, ensemble
+from shardport.workloads import batches, configs, datasets, ensemble
 
 MEMBERS, REPLICATED = P(devices.ENSEMBLE_AXIS), P()
 

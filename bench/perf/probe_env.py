@@ -7,13 +7,13 @@ bench.perf.NAME`), so the repository's packages import as they are.
 
 def emulate(devices: int) -> None:
   """Emulates `devices` CPU devices (before anything imports jax)."""
-  from launch import emulation  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from shardport.launch import emulation  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   emulation.set_cpu_device_count(devices)
 
 
 def cnn_fields(dataset: str, batch: int):
   """The dataset and the CNN's config fields the probes train with."""
-  from workloads import datasets, registry  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from shardport.workloads import datasets, registry  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   data = datasets.load(dataset)
   base = dict(workload="cnn", dataset=dataset, global_batch=batch,
               input_shape=data.train_inputs.shape[1:])

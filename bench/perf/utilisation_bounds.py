@@ -56,7 +56,7 @@ from bench.perf import paired
 from compare._src import hlo as hlo_lib
 from compare._src.reference import data_parallel as reference
 from sharded import data_parallel as port
-from workloads import batches, configs
+from shardport.workloads import batches, configs
 
 
 def _cost(compiled, n):

@@ -9,10 +9,10 @@ after the emulated device count is set.
 import sys
 import traceback
 
-from launch import distributed
-from launch import emulation
-from launch import files
-from launch import options
+from shardport.launch import distributed
+from shardport.launch import emulation
+from shardport.launch import files
+from shardport.launch import options
 from compare._src import report
 from compare._src import strategies
 from compare._src import switch
@@ -114,7 +114,7 @@ def _prepare(args):
   Returns:
     `(strategy, config, data, n_devices, control)`.
   """
-  from training import inputs  # pylint: disable=g-import-not-at-top
+  from shardport.training import inputs  # pylint: disable=g-import-not-at-top
   strategy = strategies.get(args.strategy)
   try:
     counts = sweep.parse(args.sweep_devices) if args.sweep_devices else ()
@@ -201,11 +201,11 @@ def _show(args, strategy, full):
 
 
 def _launch(args, argv):
-  """`--processes P`: P local workers (`launch.launcher`), and with
+  """`--processes P`: P local workers (`shardport.launch.launcher`), and with
   `--baseline` the same comparison in one process with all the devices."""
   import tempfile  # pylint: disable=g-import-not-at-top
-  from launch import baseline  # pylint: disable=g-import-not-at-top
-  from launch import launcher  # pylint: disable=g-import-not-at-top
+  from shardport.launch import baseline  # pylint: disable=g-import-not-at-top
+  from shardport.launch import launcher  # pylint: disable=g-import-not-at-top
   devices = args.devices or emulation.DEFAULT_DEVICES
   launch = dict(prog="compare", module="compare", processes=args.processes,
                 devices=devices, coordinator=args.coordinator)

@@ -28,8 +28,8 @@ import jax
 import numpy as np
 
 from compare._src import equivalence
-from training import checkpoints
-from training.metrics import global_devices
+from shardport.training import checkpoints
+from shardport.training.metrics import global_devices
 
 # The one-step band never goes below this fraction of a step's update
 # (float32 rounds an update to ~6e-8 of itself: this is ~16 ulps of it).

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from launch import files
+from shardport.launch import files
 
 
 def _curves(axes, report, members):

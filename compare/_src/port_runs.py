@@ -1,7 +1,7 @@
 """A `Port`'s runs as strategy modules, and the strategy that judges them.
 
 `compare.prove` turns a team's `Port` into what the runner runs for our own
-strategies: a module per run with the `training.protocol.StrategyModule`
+strategies: a module per run with the `shardport.training.protocol.StrategyModule`
 API (pmap's, the port's and the optional one-device reference's), and a
 `PortStrategy` with its pairs, tolerances, calibration and controls.
 """
@@ -22,7 +22,7 @@ from compare._src.strategies.base import Strategy
 from compare._src.tolerances import Tolerance
 from legacy_pmap import devices as pmap_devices
 from sharded import devices as mesh_devices
-from workloads import canonical
+from shardport.workloads import canonical
 
 FIRST_STEP = Tolerance(rtol=1e-5, atol=1e-5, reason=(
     "after one step from the same state the runs differ only in summation "
@@ -49,7 +49,7 @@ class PortConfig:
 
 
 class _Run:
-  """One run of a `Port` (`training.protocol.StrategyModule`)."""
+  """One run of a `Port` (`shardport.training.protocol.StrategyModule`)."""
 
   PROCESS_LOCAL_BATCH = False
   STEP_TAKES_HOST_LOCAL = False

@@ -13,8 +13,8 @@ import os
 
 from compare._src import port as port_module
 from compare._src import report as report_module
-from launch import distributed
-from launch import files
+from shardport.launch import distributed
+from shardport.launch import files
 
 EXIT_PASS, EXIT_DIFFER, EXIT_DIVERGED = 0, 1, 3
 

@@ -1,4 +1,4 @@
-"""The printed table and the verdict lines (the JSON: `launch.files`).
+"""The printed table and the verdict lines (the JSON: `shardport.launch.files`).
 
 Generic: what only one strategy reports comes from its `report_lines`.
 """

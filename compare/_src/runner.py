@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import tqdm
 
-from launch import distributed
+from shardport.launch import distributed
 from compare._src import equivalence
 from compare._src import hlo
 from compare._src import lockstep
@@ -28,11 +28,11 @@ from compare._src import timing
 from compare._src import utilisation
 from compare._src import verdicts
 from compare._src.reference import OneDevice
-from training import dispatch
-from training import metrics as run_metrics
-from training.metrics import global_devices
-from workloads import batches
-from workloads import digest
+from shardport.training import dispatch
+from shardport.training import metrics as run_metrics
+from shardport.training.metrics import global_devices
+from shardport.workloads import batches
+from shardport.workloads import digest
 
 _TIMING_BATCHES = 4
 CALIBRATIONS = perturbations.CALIBRATIONS

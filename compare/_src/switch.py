@@ -13,9 +13,9 @@ import tempfile
 
 import jax
 
-from training import handover
-from workloads import configs
-from workloads import digest
+from shardport.training import handover
+from shardport.workloads import configs
+from shardport.workloads import digest
 
 SOURCE = "pmap"
 

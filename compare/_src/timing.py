@@ -14,8 +14,8 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from launch import distributed
-from training import dispatch
+from shardport.launch import distributed
+from shardport.training import dispatch
 
 
 @dataclasses.dataclass

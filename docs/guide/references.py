@@ -23,7 +23,7 @@ from docs.guide import OUTPUT
 from docs.guide import GuideError
 from docs.guide.sources import defines
 
-PROJECT = ("workloads", "launch", "training", "legacy_pmap", "sharded", "compare",
+PROJECT = ("shardport", "legacy_pmap", "sharded", "compare",
            "bench", "examples", "docs")
 PATH_ROOTS = (*PROJECT, "tests", ".ci", "constraints")
 LIBRARIES = {"jax": "jax", "lax": "jax.lax", "jnp": "jax.numpy",

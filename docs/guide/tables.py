@@ -20,7 +20,7 @@ from docs.guide import GuideError
 from docs.guide.figures import DispatchSource
 
 # Reports whose final loss is the classic one: summed over each device's
-# examples, averaged over devices (workloads.registry.Workload.loss), unless
+# examples, averaged over devices (shardport.workloads.registry.Workload.loss), unless
 # the report states its own `loss_convention`. The ensemble's members each
 # report the mean over the whole batch.
 SUMMED_LOSS = {"workloads": ("cnn", "linear512"),

@@ -3,14 +3,14 @@
 import jax
 
 from compare._src.reference import OneDevice
-from workloads import canonical
-from workloads import registry
+from shardport.workloads import canonical
+from shardport.workloads import registry
 
 VARIANTS = ("reference",)
 # put_batch takes the whole global batch; with many processes every process
 # runs the reference alike on its own first device.
 PROCESS_LOCAL_BATCH = False
-# Declared as the backends' (training.protocol): one device, never saved.
+# Declared as the backends' (shardport.training.protocol): one device, never saved.
 BACKEND = "reference"
 STEP_TAKES_HOST_LOCAL = False
 CHECKPOINTS = None
@@ -53,7 +53,7 @@ def make_evaluate(config, placement):
 
 
 def to_host(state):
-  """The whole train state as numpy (`workloads.canonical.fields`)."""
+  """The whole train state as numpy (`shardport.workloads.canonical.fields`)."""
   return jax.device_get(canonical.fields(state))
 
 

@@ -13,13 +13,13 @@ from jax import lax
 import numpy as np
 
 from compare._src.reference import OneDevice
-from workloads import canonical
-from workloads import ensemble
+from shardport.workloads import canonical
+from shardport.workloads import ensemble
 
 VARIANTS = ("reference",)
 # put_batch takes the whole global batch, in every process alike.
 PROCESS_LOCAL_BATCH = False
-# Declared as the backends' (training.protocol): one device, never saved.
+# Declared as the backends' (shardport.training.protocol): one device, never saved.
 BACKEND = "reference"
 STEP_TAKES_HOST_LOCAL = False
 CHECKPOINTS = None
@@ -93,7 +93,7 @@ def make_evaluate(config, placement):
 
 
 def to_host(state):
-  """The whole train state as numpy (`workloads.canonical.fields`), members
+  """The whole train state as numpy (`shardport.workloads.canonical.fields`), members
   stacked on a leading axis."""
   members = jax.device_get([canonical.fields(s) for s in state])
   return jax.tree.map(lambda *xs: np.stack(xs), *members)

@@ -12,7 +12,7 @@ from compare._src.reference import ensemble
 VARIANTS = ensemble.VARIANTS
 # put_batch takes the whole global batch, in every process alike.
 PROCESS_LOCAL_BATCH = ensemble.PROCESS_LOCAL_BATCH
-# Declared as the backends' (training.protocol): one device, never saved.
+# Declared as the backends' (shardport.training.protocol): one device, never saved.
 BACKEND = ensemble.BACKEND
 STEP_TAKES_HOST_LOCAL = ensemble.STEP_TAKES_HOST_LOCAL
 CHECKPOINTS = ensemble.CHECKPOINTS

@@ -14,7 +14,7 @@ from compare._src.strategies.data_parallel import DataParallel
 from compare._src.strategies.ensemble import Ensemble
 from compare._src.strategies.ensemble_data import EnsembleData
 from compare._src.strategies.fsdp import Fsdp
-from workloads import configs
+from shardport.workloads import configs
 
 STRATEGIES: dict[str, Strategy] = {}
 

@@ -16,8 +16,8 @@ from legacy_pmap import accumulation as legacy
 from legacy_pmap import data_parallel as legacy_dp
 from sharded import accumulation as port
 from sharded import data_parallel as port_dp
-from training.programs import AccumulationProgram
-from training.programs.accumulation import ACCUMULATING_RUNS
+from shardport.training.programs import AccumulationProgram
+from shardport.training.programs.accumulation import ACCUMULATING_RUNS
 
 
 class Accumulation(AccumulationProgram, Strategy):

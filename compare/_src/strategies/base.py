@@ -1,7 +1,7 @@
 """What every strategy is made of, with real defaults: the `Strategy` class.
 
 A strategy (data_parallel, ensemble, accumulation, ...) is a training
-program (`training.programs`: its config, validation, calls per step,
+program (`shardport.training.programs`: its config, validation, calls per step,
 evaluation and summary) plus what `compare` needs to judge it: its runs and
 the pairs it compares, its tolerances with their reasons, its negative
 controls, its report lines and its plot. Subclasses override only what
@@ -15,9 +15,9 @@ from compare._src import perturbations
 from compare._src import plots
 from compare._src.negative_controls import NegativeControl
 from compare._src.tolerances import Tolerance
-from training.programs import Program
-from workloads import batches
-from workloads import configs
+from shardport.training.programs import Program
+from shardport.workloads import batches
+from shardport.workloads import configs
 
 
 @dataclasses.dataclass(frozen=True)

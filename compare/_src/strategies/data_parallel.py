@@ -8,7 +8,7 @@ from compare._src.strategies.base import Strategy
 from compare._src.tolerances import Tolerance
 from legacy_pmap import data_parallel as legacy
 from sharded import data_parallel as port
-from training.programs import DataParallelProgram
+from shardport.training.programs import DataParallelProgram
 
 FIRST_STEP = Tolerance(rtol=1e-5, atol=1e-5, reason=(
     "After one step the runs differ only in summation order: 8 sums of 32 "

@@ -14,7 +14,7 @@ from compare._src.strategies.base import Strategy
 from compare._src.tolerances import Tolerance
 from legacy_pmap import ensemble as legacy
 from sharded import ensemble as port
-from training.programs import EnsembleProgram
+from shardport.training.programs import EnsembleProgram
 
 
 class Ensemble(EnsembleProgram, Strategy):

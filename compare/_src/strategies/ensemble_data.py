@@ -17,7 +17,7 @@ from compare._src.tolerances import Tolerance
 from legacy_pmap import ensemble_data as legacy
 from sharded import devices
 from sharded import ensemble_data as port
-from training.programs import EnsembleDataProgram
+from shardport.training.programs import EnsembleDataProgram
 
 
 class EnsembleData(EnsembleDataProgram, Strategy):

@@ -26,7 +26,7 @@ from compare._src.tolerances import Tolerance
 from legacy_pmap import fsdp as legacy
 from sharded import data_parallel as replicated
 from sharded import fsdp as port
-from training.programs.fsdp import FsdpProgram
+from shardport.training.programs.fsdp import FsdpProgram
 
 MEMORY_TARGET = 0.10  # per-device state <= (1/N + 10%) of the replicated
 BASELINE = "data_parallel"  # the run with the replicated state

@@ -12,8 +12,8 @@ import tempfile
 import jax
 import numpy as np
 
-from launch import files
-from training import checkpoints
+from shardport.launch import files
+from shardport.training import checkpoints
 
 
 class WorkdirError(ValueError):

@@ -1,6 +1,6 @@
 """data_parallel: replicated state, the global batch split over devices."""
 
-from training.programs.base import Program
+from shardport.training.programs.base import Program
 
 
 class DataParallelProgram(Program):

@@ -66,7 +66,7 @@ class StrategyModule(Protocol):
   def to_host(self, state: State) -> HostState:
     """The whole train state as numpy in the canonical layout.
 
-    Every field of the state (`workloads.canonical.fields`): `params`,
+    Every field of the state (`shardport.workloads.canonical.fields`): `params`,
     `opt_state`, `step` and any other collection it carries, so that a
     digest over it sees a change anywhere. Under optax.MultiSteps the
     optimiser state is the inner one and `step` counts optimiser steps. The

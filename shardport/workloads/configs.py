@@ -25,8 +25,8 @@ class TrainConfig:
   """What every strategy needs to train one program.
 
   Attributes:
-    workload: name of a workload in `workloads.registry`.
-    dataset: name of a dataset in `workloads.datasets`.
+    workload: name of a workload in `shardport.workloads.registry`.
+    dataset: name of a dataset in `shardport.workloads.datasets`.
     global_batch: examples per optimiser step, over all devices.
     steps: optimiser steps to run.
     learning_rate: optimiser step size.
@@ -53,7 +53,7 @@ class AccumulationConfig(TrainConfig):
     accum_steps: microbatches per device per optimiser step (K); each
       device's part of the global batch is split into K equal microbatches.
     accum_loop: how the K microbatches are looped over, one of
-      `workloads.microbatches.LOOPS`, or `auto` for the measured best on the
+      `shardport.workloads.microbatches.LOOPS`, or `auto` for the measured best on the
       platform (docs/accumulation-notes.md).
   """
 

@@ -3,7 +3,7 @@
 `python -m compare --processes P --devices D` (and both training programs)
 runs the same command P times, each a worker of one `jax.distributed` job
 on localhost (`--coordinator 127.0.0.1:PORT --num-processes P --process-id
-I`, `launch.distributed`) with D emulated CPU devices (`JAX_PLATFORMS=cpu`,
+I`, `shardport.launch.distributed`) with D emulated CPU devices (`JAX_PLATFORMS=cpu`,
 `XLA_FLAGS=--xla_force_host_platform_device_count=D`), P x D devices in all.
 Nothing else passes between the launcher and its workers: the workers join
 through jax.distributed, and the launcher only starts them and waits.
@@ -16,7 +16,7 @@ through jax.distributed, and the launcher only starts them and waits.
   too, with that worker's one line. Otherwise the launcher exits with the
   workers' common exit code.
 - No worker outlives the launcher: each asks Linux to kill it when the
-  launcher dies (`launch.distributed.die_with_launcher`), and the
+  launcher dies (`shardport.launch.distributed.die_with_launcher`), and the
   launcher stops them on every way out, Ctrl-C included.
 
 This module imports no jax.
@@ -35,8 +35,8 @@ import tempfile
 import threading
 import time
 
-from launch import distributed
-from launch import emulation
+from shardport.launch import distributed
+from shardport.launch import emulation
 
 EXIT_USAGE, EXIT_LOST, EXIT_INTERRUPTED = 2, 4, 130
 # How long the others may take to finish once one worker has finished well.

@@ -4,10 +4,10 @@ import dataclasses
 
 import jax
 
-from training.programs.base import Program
-from workloads import batches
-from workloads import configs
-from workloads import microbatches
+from shardport.training.programs.base import Program
+from shardport.workloads import batches
+from shardport.workloads import configs
+from shardport.workloads import microbatches
 
 # What `auto` picks, from the measurements in docs/accumulation-notes.md.
 # XLA:CPU runs the conv backward inside a rolled loop (scan, fori) on a slow

@@ -2,7 +2,7 @@
 linear512.
 
 Every dataset is a `Dataset` of numpy arrays held whole in host memory; the
-batch order is drawn separately (`workloads.batches`) so that every backend
+batch order is drawn separately (`shardport.workloads.batches`) so that every backend
 sees the same examples in the same order.
 """
 

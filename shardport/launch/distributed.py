@@ -3,7 +3,7 @@
 Every shardport program (`python -m compare`, `python -m legacy_pmap.train`,
 `python -m sharded.train`) is one worker of a job when it is given
 `--coordinator HOST:PORT --num-processes P --process-id I` (what the local
-launcher, `launch.launcher`, passes each worker), or `--distributed` alone
+launcher, `shardport.launch.launcher`, passes each worker), or `--distributed` alone
 (then `jax.distributed.initialize()` detects SLURM, Cloud TPU or Kubernetes
 itself). `join` calls `jax.distributed.initialize` with timeouts that are
 short on localhost, so that no fault hangs:
@@ -27,7 +27,7 @@ import socket
 import sys
 import time
 
-from launch import options
+from shardport.launch import options
 
 # region: timeouts
 # Defaults on localhost (the launcher's workers, tests): a fault must end the

@@ -1,12 +1,12 @@
 """fsdp: data parallelism with the train state sharded over the devices."""
 
-from training.programs.data_parallel import DataParallelProgram
+from shardport.training.programs.data_parallel import DataParallelProgram
 
 
 class FsdpProgram(DataParallelProgram):
   """data_parallel's program, defaults and input checks (the batch must
   divide over the devices); params and optimiser state are split over the
-  devices (`workloads.fsdp`)."""
+  devices (`shardport.workloads.fsdp`)."""
 
   name = "fsdp"
   program = "fsdp"

@@ -3,7 +3,7 @@
 Two runs, backends, process layouts or machines that hold the same bits get
 the same digest, whatever their placement, so a digest compares runs that
 never met. It hashes the canonical host layout (`to_host`: every field of the
-train state, `workloads.canonical`; no device axis for replicated state, a
+train state, `shardport.workloads.canonical`; no device axis for replicated state, a
 leading member axis for ensembles).
 """
 

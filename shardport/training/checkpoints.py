@@ -9,9 +9,9 @@ save cut short is never listed) with two items:
   state, a leading member axis for ensembles, optax.MultiSteps' wrapper
   removed), as global `jax.Array`s, so that Orbax writes each array once,
   cooperatively across processes.
-- `run`: JSON: the run record (`training.run_records`: the strategy and
+- `run`: JSON: the run record (`shardport.training.run_records`: the strategy and
   config, who wrote it), the optimiser step and the whole state's digest
-  (`workloads.digest`).
+  (`shardport.workloads.digest`).
 
 Restoring goes straight into a backend's layout: every leaf is restored onto
 the sharding the backend's own initial state has (the devices module's
@@ -34,10 +34,10 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
-from training.run_records import CheckpointError
-from training.run_records import check_same_run
-from workloads import canonical
-from workloads import digest
+from shardport.training.run_records import CheckpointError
+from shardport.training.run_records import check_same_run
+from shardport.workloads import canonical
+from shardport.workloads import digest
 
 STATE, RUN = "state", "run"
 

@@ -14,10 +14,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from workloads import batches
-from workloads import configs
-from workloads import datasets
-from workloads import registry
+from shardport.workloads import batches
+from shardport.workloads import configs
+from shardport.workloads import datasets
+from shardport.workloads import registry
 
 
 class Program:

@@ -64,10 +64,10 @@ def add_run_options(parser: argparse.ArgumentParser,
 
 
 def add_process_options(parser: argparse.ArgumentParser) -> None:
-  """Adds the options of a multi-process run (`launch.distributed`).
+  """Adds the options of a multi-process run (`shardport.launch.distributed`).
 
   `--processes P` launches P local worker processes, joined on localhost
-  (`launch.launcher`); `--coordinator`, `--num-processes` and
+  (`shardport.launch.launcher`); `--coordinator`, `--num-processes` and
   `--process-id`, or `--distributed` alone, make this process one worker
   of a job launched elsewhere (a cluster scheduler, or the launcher).
   """

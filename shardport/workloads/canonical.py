@@ -8,7 +8,7 @@ once the backend has fetched it, holds the same bits where the runs agree.
 
 import dataclasses
 
-from workloads import microbatches
+from shardport.workloads import microbatches
 
 
 def fields(state) -> dict:

@@ -24,17 +24,17 @@ import jax
 import numpy as np
 import tqdm
 
-from launch import distributed
-from launch import files
-from training import checkpoints
-from training import run_records
-from training import dispatch
-from training import metrics as run_metrics
-from training import programs
-from training import workdir as workdirs
-from workloads import batches
-from workloads import datasets
-from workloads import digest
+from shardport.launch import distributed
+from shardport.launch import files
+from shardport.training import checkpoints
+from shardport.training import run_records
+from shardport.training import dispatch
+from shardport.training import metrics as run_metrics
+from shardport.training import programs
+from shardport.training import workdir as workdirs
+from shardport.workloads import batches
+from shardport.workloads import datasets
+from shardport.workloads import digest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +107,7 @@ def prepare(backend: str, program, config, workdir: str, *, data,
 
   Args:
     backend: the backend package's name, whose `<program>` module trains.
-    program: a `training.programs` name or Program.
+    program: a `shardport.training.programs` name or Program.
     config: the program's config (`program.make_config`), validated.
     workdir: where checkpoints, metrics and the result go.
     data: the dataset.
@@ -175,7 +175,7 @@ def _restore(job, manager, like, progress):
           f"devices, this run has {devices}: the state restores "
           f"bitwise, and from here on the steps follow {devices} "
           "devices' loss normalisation (the classic loss sums over each "
-          "device's batch: workloads/registry.py)", file=sys.stderr)
+          "device's batch: shardport/workloads/registry.py)", file=sys.stderr)
   return restored.state, restored
 
 
@@ -344,7 +344,7 @@ def train_and_evaluate(backend: str, config, workdir: str, *, program,
     config: the program's config (`program.make_config`).
     workdir: where checkpoints, metrics and the result go; a checkpoint
       already there is resumed from.
-    program: a `training.programs` name or Program.
+    program: a `shardport.training.programs` name or Program.
     data: the dataset (loaded from `config.dataset` if None).
     data_dir: tensorflow-datasets directory, where `data` is None.
     n_devices: devices to run on (all local devices if None).

@@ -1,7 +1,7 @@
 """The command line both backends' train.py share: options, checks, exit codes.
 
 `python -m legacy_pmap.train` / `python -m sharded.train` take compare's run
-options (`launch.options`) plus `--workdir`, `--eval-every`,
+options (`shardport.launch.options`) plus `--workdir`, `--eval-every`,
 `--checkpoint-every` and `--max-to-keep`. Exit 0 when the run finished, 2 on
 bad usage or input (one line on stderr, `train: error: ...`): options,
 devices, the workdir, or a checkpoint there written by another run, all
@@ -13,12 +13,12 @@ imports jax.
 
 import sys
 
-from launch import distributed
-from launch import emulation
-from launch import options
-from training import checkpoints
-from training import programs
-from training import workdir as workdirs
+from shardport.launch import distributed
+from shardport.launch import emulation
+from shardport.launch import options
+from shardport.training import checkpoints
+from shardport.training import programs
+from shardport.training import workdir as workdirs
 
 EXIT_DONE, EXIT_USAGE = 0, 2
 
@@ -52,12 +52,12 @@ def _check(args):
 
 
 def _launch(backend, args, argv):
-  """`--processes P`: P local workers (`launch.launcher`) sharing the
+  """`--processes P`: P local workers (`shardport.launch.launcher`) sharing the
   workdir, and with `--baseline` the same job in one process with all the
   devices, in a workdir of its own."""
   import os  # pylint: disable=g-import-not-at-top
-  from launch import baseline  # pylint: disable=g-import-not-at-top
-  from launch import launcher  # pylint: disable=g-import-not-at-top
+  from shardport.launch import baseline  # pylint: disable=g-import-not-at-top
+  from shardport.launch import launcher  # pylint: disable=g-import-not-at-top
   launch = dict(prog="train", module=f"{backend}.train",
                 processes=args.processes,
                 devices=args.devices or emulation.DEFAULT_DEVICES,
@@ -73,8 +73,8 @@ def _launch(backend, args, argv):
 
 def _prepare(backend, args):
   """The job, with every input checked; nothing compiled."""
-  from training import inputs  # pylint: disable=g-import-not-at-top
-  from training import loop  # pylint: disable=g-import-not-at-top
+  from shardport.training import inputs  # pylint: disable=g-import-not-at-top
+  from shardport.training import loop  # pylint: disable=g-import-not-at-top
   checked = inputs.prepare(programs.get(args.strategy), args)
   schedule = loop.Schedule(args.eval_every, args.checkpoint_every,
                            args.max_to_keep)
@@ -101,7 +101,7 @@ def main(backend: str, argv=None) -> int:
     distributed.quiet_native_stdout()
     if distributed.is_worker(args):
       distributed.join(args)
-    from training import loop  # pylint: disable=g-import-not-at-top
+    from shardport.training import loop  # pylint: disable=g-import-not-at-top
     _quiet_orbax()
     try:
       job = _prepare(backend, args)

@@ -11,7 +11,7 @@ from jax import lax
 import jax.numpy as jnp
 import optax
 
-from workloads import registry
+from shardport.workloads import registry
 
 LOOPS = ("scan", "scan_unroll", "fori", "python", "multisteps")
 
@@ -24,7 +24,7 @@ def check_loop(loop: str) -> None:
   """Raises AccumulationError unless `loop` is one of `LOOPS`.
 
   `auto` is not a loop: whoever knows the platform resolves it first
-  (`training.programs.accumulation.resolve_loop`).
+  (`shardport.training.programs.accumulation.resolve_loop`).
   """
   if loop not in LOOPS:
     raise AccumulationError(f"unknown accum loop {loop!r}; choose one of "
@@ -136,7 +136,7 @@ def canonical_step(state):
   optimiser step) and optax counts the optimiser steps (`gradient_step`):
   that count is what every other loop and the reference hold as `step`.
   The call counter is not kept: it follows from the optimiser steps on
-  restore (`training.checkpoints.rebuild`).
+  restore (`shardport.training.checkpoints.rebuild`).
   """
   if isinstance(state.opt_state, optax.MultiStepsState):
     return state.opt_state.gradient_step

@@ -9,8 +9,8 @@ so the pair "resumed port vs uninterrupted pmap" is judged like any other.
 
 import jax
 
-from training import checkpoints
-from training import run_records
+from shardport.training import checkpoints
+from shardport.training import run_records
 
 
 def write_checkpoint(module, state, config, directory, step: int, *,

@@ -4,9 +4,9 @@ import dataclasses
 
 import numpy as np
 
-from training.programs.base import Program
-from workloads import configs
-from workloads import ensemble
+from shardport.training.programs.base import Program
+from shardport.workloads import configs
+from shardport.workloads import ensemble
 
 
 class EnsembleProgram(Program):

@@ -8,8 +8,8 @@ input with the same one line (exit 2).
 import dataclasses
 from typing import Any
 
-from launch import options
-from training import programs
+from shardport.launch import options
+from shardport.training import programs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +35,7 @@ def prepare(program: programs.Program, args,
 
   Args:
     program: the program (or strategy) `--strategy` named.
-    args: the parsed options (`launch.options.add_run_options`).
+    args: the parsed options (`shardport.launch.options.add_run_options`).
     device_counts: further device counts the config must fit (a sweep).
 
   Raises:
@@ -43,8 +43,8 @@ def prepare(program: programs.Program, args,
       or dataset, or a config the program cannot take on these devices.
   """
   import jax  # pylint: disable=g-import-not-at-top
-  from workloads import datasets  # pylint: disable=g-import-not-at-top
-  from workloads import registry  # pylint: disable=g-import-not-at-top
+  from shardport.workloads import datasets  # pylint: disable=g-import-not-at-top
+  from shardport.workloads import registry  # pylint: disable=g-import-not-at-top
 
   available = jax.local_device_count()
   n_devices = args.devices or available

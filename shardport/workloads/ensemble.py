@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from workloads import cnn
-from workloads import configs
+from shardport.workloads import cnn
+from shardport.workloads import configs
 
 _CNN = cnn.CNN()
 

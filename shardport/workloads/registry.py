@@ -13,10 +13,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from workloads import cnn
-from workloads import configs
-from workloads import linear512
-from workloads import linreg
+from shardport.workloads import cnn
+from shardport.workloads import configs
+from shardport.workloads import linear512
+from shardport.workloads import linreg
 
 Params = Any
 Batch = dict[str, jax.Array]
@@ -183,7 +183,7 @@ def check_data(workload: Workload, data) -> None:
 
   Args:
     workload: the workload.
-    data: a `workloads.datasets.Dataset`.
+    data: a `shardport.workloads.datasets.Dataset`.
   """
   shape = data.train_inputs.shape[1:]
   expected = workload.input_shape

@@ -5,14 +5,14 @@
 program with how it is judged.
 """
 
-from training.programs.accumulation import AccumulationProgram
-from training.programs.base import Program
-from training.programs.base import summarize_sums
-from training.programs.data_parallel import DataParallelProgram
-from training.programs.ensemble import EnsembleProgram
-from training.programs.ensemble_data import EnsembleDataProgram
-from training.programs.fsdp import FsdpProgram
-from workloads import configs
+from shardport.training.programs.accumulation import AccumulationProgram
+from shardport.training.programs.base import Program
+from shardport.training.programs.base import summarize_sums
+from shardport.training.programs.data_parallel import DataParallelProgram
+from shardport.training.programs.ensemble import EnsembleProgram
+from shardport.training.programs.ensemble_data import EnsembleDataProgram
+from shardport.training.programs.fsdp import FsdpProgram
+from shardport.workloads import configs
 
 PROGRAMS: dict[str, Program] = {}
 

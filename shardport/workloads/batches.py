@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from workloads import datasets
+from shardport.workloads import datasets
 
 
 class BatchError(ValueError):

@@ -11,8 +11,8 @@ import shutil
 import sys
 import tempfile
 
-from launch import files
-from launch import launcher
+from shardport.launch import files
+from shardport.launch import launcher
 
 
 def _load(path):

@@ -1,8 +1,8 @@
 """ensemble_data: M ensemble members, each data-parallel over D devices."""
 
-from training.programs.ensemble import EnsembleProgram
-from workloads import configs
-from workloads import ensemble
+from shardport.training.programs.ensemble import EnsembleProgram
+from shardport.workloads import configs
+from shardport.workloads import ensemble
 
 
 class EnsembleDataProgram(EnsembleProgram):
