@@ -191,3 +191,10 @@ def test_device_key_is_one_key_per_device_the_same_under_pmap_and_shard_map():
   np.testing.assert_array_equal(np.asarray(under_pmap).ravel(),
                                 np.asarray(under_port))
   assert len(set(np.asarray(under_port).tolist())) == 8  # one per device
+
+
+def test_prove_takes_a_port_and_nothing_else():
+  # Our strategies reach the engine through their own entry, not this one.
+  with pytest.raises(compare.PortError,
+                     match="prove takes a compare.Port, got str"):
+    compare.prove("data_parallel")

@@ -170,11 +170,12 @@ def _run(args):
     full = {**proof.describe(strategy, config, max(counts), control),
             **strategy.report_fields(config), **result}
   else:
-    full = proof.prove(strategy, config=config, data=data,
-                       n_devices=n_devices, windows=args.windows,
-                       progress=sys.stderr.isatty(), control=control,
-                       check_every=args.check_every,
-                       switch_at=args.switch_at).report
+    full = proof.prove_strategy(strategy, config, data, n_devices,
+                                windows=args.windows,
+                                progress=sys.stderr.isatty(),
+                                control=control,
+                                check_every=args.check_every,
+                                switch_at=args.switch_at).report
   if full["pmap_runtime_warning"]:
     print(f"compare: warning: {full['pmap_runtime_warning']}",
           file=sys.stderr)

@@ -89,42 +89,61 @@ def _control(strategy, control, steps):
   return control
 
 
-def prove(program, *, steps: int | None = None, control=None,
-          check_every: int = 1, windows: int = 10, progress: bool = False,
-          config=None, data=None, n_devices: int | None = None,
-          switch_at: int | None = None) -> Proof:
-  """Proves a port: every run from the same state on the same batches.
+def prove(port, *, steps: int | None = None, control=None,
+          check_every: int = 1, windows: int = 10,
+          progress: bool = False) -> Proof:
+  """Proves a team's port: every run from the same state on the same batches.
 
   Args:
-    program: a team's `compare.Port`, or one of our strategies
-      (`compare._src.strategies.STRATEGIES`), which also needs `config`, `data`
-      and `n_devices` (the CLI checks them).
-    steps: a `Port`'s steps, overriding its own.
+    port: the team's `compare.Port`.
+    steps: steps to train, overriding the port's own.
     control: a negative control's name (e.g. `"update-1pct-at:20"`) to
       plant in the port's runs, so that the proof must fail.
     check_every: lockstep checks at step 1, every K-th step and the last.
     windows: timing windows per run.
     progress: a progress bar on stderr.
-    config: a strategy's config.
-    data: a strategy's dataset.
-    n_devices: a strategy's devices per process.
-    switch_at: a strategy's port restores pmap's checkpoint of this step.
 
   Returns:
     The `Proof`.
 
   Raises:
-    PortError: a `Port` that cannot be proved as described, before anything
-      compiles.
+    PortError: a `Port` that cannot be proved as described (or not a
+      `Port`), before anything compiles.
   """
   import jax  # pylint: disable=g-import-not-at-top
+  if not isinstance(port, port_module.Port):
+    raise port_module.PortError(
+        f"prove takes a compare.Port, got {type(port).__name__}")
+  strategy, config = prepare(port, steps)
+  # Devices per process, as for our strategies (the mesh spans them all).
+  return prove_strategy(strategy, config, None,
+                        port.mesh.size // jax.process_count(),
+                        control=control, check_every=check_every,
+                        windows=windows, progress=progress)
+
+
+def prove_strategy(strategy, config, data, n_devices: int, *, control=None,
+                   check_every: int = 1, windows: int = 10,
+                   progress: bool = False,
+                   switch_at: int | None = None) -> Proof:
+  """Our strategies' entry to the engine (and a `Port`'s, once prepared).
+
+  Args:
+    strategy: a registered strategy (`compare._src.strategies`) or a
+      prepared `Port`'s.
+    config: its config (the CLI has checked it).
+    data: its dataset (None for a `Port`'s own batches).
+    n_devices: devices per process.
+    control: a negative control's name to plant in the port's runs.
+    check_every: lockstep checks at step 1, every K-th step and the last.
+    windows: timing windows per run.
+    progress: a progress bar on stderr.
+    switch_at: the port's runs restore pmap's checkpoint of this step.
+
+  Returns:
+    The `Proof`.
+  """
   from compare._src import runner  # pylint: disable=g-import-not-at-top
-  if isinstance(program, port_module.Port):
-    strategy, config = prepare(program, steps)
-    # Devices per process, as for our strategies (the mesh spans them all).
-    n_devices, data = program.mesh.size // jax.process_count(), None
-  else:
-    strategy = program
   control = _control(strategy, control, config.steps)
   result = runner.compare(strategy, config, data, n_devices, windows=windows,
                           progress=progress, control=control,
