@@ -145,7 +145,8 @@ def _lockstep_lines(report):
            f"{checks['seconds']:.1f} s"]
   if checks.get("band_flip_steps"):
     lines.append(f"calibration flipped at step(s) {checks['band_flip_steps']}"
-                 f" (over {lockstep.CALIBRATION_FLIP:g}x the steps' median): "
+                 f" (over {lockstep.CALIBRATION_FLIP:g}x the steps' median "
+                 f"and {lockstep.CALIBRATION_FLIP_LEVEL:g} of the update): "
                  "left out of the band")
   for name, pair in checks["pairs"].items():
     if pair["stopped_bitwise_at"]:

@@ -45,8 +45,8 @@ LOCKSTEP_REASON = (
     "shapes (109x at step 118 of random data, one-device reference against "
     "the 8-device runs): a pair of two programs may part at one step, or "
     "5% of the checked steps, where every port run took pmap's step; a "
-    "calibration step that flips (10x over the steps' median) is left out "
-    "of the band, at as many steps")
+    "calibration step that flips (10x over the steps' median, and 1e-3 of "
+    "the update) is left out of the band, at as many steps")
 # A pair that is not bitwise at the end: its free-running test loss and
 # accuracy against this multiple of the calibration runs' spread (floored at
 # 1% of the test loss and 1% accuracy or one test example), shown, not
