@@ -117,8 +117,9 @@ def _lowered(run, n_devices, config):
   return _compiled(run, n_devices, _resolved(run, config))[3]
 
 
-@pytest.mark.parametrize("n_devices", [1, 2, 8])
-@pytest.mark.parametrize("k", [1, 2, 4])
+# No accumulation and k microbatches, on 1, 2 and 8 devices: each k and
+# each device count once, and k = 4 on 8 (CI's original runtime runs it).
+@pytest.mark.parametrize("k, n_devices", [(1, 1), (2, 2), (1, 8), (4, 8)])
 def test_ports_match_reference(n_devices, k):
   config = _config(k)
   expected, expected_loss = _one_step("reference", n_devices, config)

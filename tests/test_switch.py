@@ -92,7 +92,9 @@ def _check_handover(report, step, expected):
 
 
 @pytest.mark.parametrize("strategy", list(strategies.STRATEGIES))
-@pytest.mark.parametrize("step", [1, STEPS // 2, STEPS - 1])
+# The first and the last step a port can take over at (the middle one
+# adds no path of its own).
+@pytest.mark.parametrize("step", [1, STEPS - 1])
 def test_switch_hands_over_pmaps_state_after_exactly_n_steps(
     tmp_path, strategy, step, pmap_digests):
   spec, options = strategies.get(strategy), OPTIONS[strategy]
