@@ -23,9 +23,18 @@ make_venv() {
   python3 -m venv .venv-original &&
     .venv-original/bin/python -m pip install --quiet --upgrade pip &&
     .venv-original/bin/python -m pip install --quiet \
-      -c constraints/original-pmap-runtime.txt -e ".[test]"
+      -c constraints/original-pmap-runtime.txt -e ".[test]" &&
+    touch .venv-original/installed
 }
-part install make_venv || exit 1
+# `--install-only`: .ci/run makes the environment while the first
+# environment's tests run, then runs the rest.
+if [ "${1:-}" = "--install-only" ]; then
+  part install make_venv
+  exit
+fi
+if [ ! -e .venv-original/installed ]; then
+  part install make_venv || exit 1
+fi
 . .venv-original/bin/activate
 python -c 'import jax, flax; print("jax", jax.__version__, "flax", flax.__version__)'
 
