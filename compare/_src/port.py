@@ -207,10 +207,6 @@ def check(port: Port) -> Checked:
   batch = _called("batches", batches, 0)
   rows = port_steps.check_batch(batch, port.mesh.size)
   layout = port_steps.check_steps(port, state, batch)
-  if layout == port_steps.BROADCAST and jax.process_count() > 1:
-    raise PortError("pmap_step takes the state broadcast (in_axes=None): "
-                    "proved in one process only; pmap it with the state "
-                    "stacked (in_axes=0) to prove it in many")
   if port.evaluate is not None:
     _check_metrics(_called("evaluate", port.evaluate, state))
   return Checked(port, state, batches, rows, layout)

@@ -110,8 +110,9 @@ class PmapRun(_Run):
 
 class BroadcastPmapRun(PmapRun):
   """The new pmap style (`in_axes=None, out_axes=None` for the state): one
-  state broadcast to every device, not a stacked copy per device (one
-  process: `compare._src.port.check` refuses it in many)."""
+  state broadcast to every device, not a stacked copy per device: in many
+  processes too, one logical copy replicated over the mesh, which each
+  process's pmap takes on its own devices."""
 
   CHECKPOINTS = mesh_devices
 

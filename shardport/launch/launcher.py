@@ -81,9 +81,19 @@ def strip_flags(argv: list[str], flags: dict[str, int]) -> list[str]:
 LAUNCHER_FLAGS = {"--processes": 1, "--baseline": 0, "--coordinator": 1}
 
 
-def worker_env(devices: int) -> dict[str, str]:
-  """The environment of a local worker with `devices` emulated CPU devices."""
+def worker_env(devices: int, job_devices: int) -> dict[str, str]:
+  """The environment of a local worker with `devices` emulated CPU devices.
+
+  Args:
+    devices: The worker's emulated CPU devices.
+    job_devices: The devices of the whole job, all workers together.
+  """
   env = dict(os.environ)
+  # XLA's CPU client sizes its intra-op thread pool as max(NPROC or the
+  # cores, local devices), and Eigen splits a convolution's sums by that
+  # size: one pool size for every worker and for the 1-process baseline
+  # keeps their bits equal (docs/jax-facts.md, Multi-process).
+  env.setdefault("NPROC", str(max(len(os.sched_getaffinity(0)), job_devices)))
   flags = [f for f in env.get("XLA_FLAGS", "").split()
            if not f.startswith(emulation.COUNT_FLAG)]
   env["XLA_FLAGS"] = " ".join([*flags, f"{emulation.COUNT_FLAG}={devices}"])
@@ -182,7 +192,7 @@ class LocalJob:
   def start(self):
     address = self._address()
     self.logs = tempfile.mkdtemp(prefix=f"shardport-{self.prog}-")
-    env = worker_env(self.devices)
+    env = worker_env(self.devices, self.devices * self.processes)
     base = strip_flags(self.argv, LAUNCHER_FLAGS)
     for i in range(self.processes):
       command = [sys.executable, "-m", self.module, *base,
@@ -339,7 +349,7 @@ def run_single(module: str, argv: list[str], devices: int, log: str) -> int:
   command = [sys.executable, "-m", module, *strip_flags(argv, LAUNCHER_FLAGS),
              "--processes", "1", "--devices", str(devices)]
   with open(log, "w") as out:
-    proc = subprocess.Popen(command, env=worker_env(devices), stdout=out,
+    proc = subprocess.Popen(command, env=worker_env(devices, devices), stdout=out,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
       return proc.wait()
