@@ -55,14 +55,22 @@ def test_a_late_mistake_in_the_examples_port_fails_at_its_step(name, step):
   assert proof.first_failure.startswith(f"first at step {step}: port vs pmap")
 
 
-def test_the_tutorial_proves_from_the_command_line():
-  done = subprocess.run(
-      [sys.executable, "-m", "compare", "--program",
-       "examples.linear_regression.prove:port", "--steps", str(STEPS),
-       "--windows", "1"],
+def _from_the_command_line(spec):
+  return subprocess.run(
+      [sys.executable, "-m", "compare", "--program", spec, "--steps",
+       str(STEPS), "--windows", "1"],
       cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
-  assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-  assert done.stdout.splitlines()[-1] == "verdict: pass"
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_the_example_and_its_wrong_port_from_the_command_line(name):
+  right = _from_the_command_line(f"examples.{name}.prove:port")
+  assert right.returncode == 0, right.stdout[-2000:] + right.stderr[-2000:]
+  assert right.stdout.splitlines()[-1] == "verdict: pass"
+  wrong = _from_the_command_line(f"examples.{name}.prove:{EXAMPLES[name][1]}")
+  assert wrong.returncode == 1, wrong.stdout[-2000:] + wrong.stderr[-2000:]
+  assert wrong.stdout.splitlines()[-1].startswith(
+      "verdict: fail, first at step 1: port vs pmap")
 
 
 @pytest.mark.parametrize("name", list(EXAMPLES))
