@@ -8,8 +8,8 @@ Run it in each environment (jax 0.10.2; jax 0.9.2 with
 
 - correct: every strategy, correct, at 10, 50 and 200 steps on digits and on
   random images and labels (`synthetic:28x28`), then data_parallel and
-  accumulation over 1000 steps on each, then every strategy on 1 and 2
-  devices at 100 and 200 steps: none may fail. Each entry records the
+  accumulation over 1000 steps on each, then every strategy on 1, 2 and 8
+  devices at 100 and 200 steps (8 devices at 200 steps is the digits run): none may fail. Each entry records the
   largest lockstep ratio, the steps excused as a rounding flip between two
   programs, and the end-of-run check of one shared state.
 - detection: the late controls (`update-1pct-from:N`, `update-1pct-at:N`)
@@ -57,8 +57,10 @@ def correct_runs(strategies) -> dict:
       for key, dataset in DATASETS.items():
         runs[f"{s}_{key}_1000"] = ["--strategy", s, "--steps", "1000",
                                    "--dataset", dataset]
-  for devices in (1, 2):
+  for devices in (1, 2, 8):
     for steps in (100, 200):
+      if devices == 8 and steps == 200:
+        continue  # `{s}_digits_200` above is this run.
       for s in strategies:
         # ensemble_data's default 2 members need 2 devices (a mesh row each).
         members = (["--members", "1"] if s == "ensemble_data" and devices == 1
