@@ -42,7 +42,7 @@ import jax
 import numpy as np
 
 from compare._src import hlo
-from compare._src.reference import accumulation as reference
+from shardport.strategies.accumulation import Reference as reference
 from legacy_pmap import accumulation as legacy
 from legacy_pmap import data_parallel as legacy_dp
 from sharded import accumulation as sharded

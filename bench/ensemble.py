@@ -29,7 +29,7 @@ from jax.sharding import PartitionSpec as P
 import numpy as np
 
 from compare._src import hlo
-from compare._src.reference import ensemble as reference
+from shardport.strategies.ensemble import Reference as reference
 from legacy_pmap import ensemble as legacy
 from sharded import ensemble as port
 from shardport.workloads import batches

@@ -38,7 +38,7 @@ def fetch_across_processes():
   really run (jax.distributed on localhost); process 0's error, raised here."""
   from shardport.launch import launcher  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   port = launcher.free_port()
-  env = {**launcher.worker_env(2), "PYTHONPATH": str(ROOT)}
+  env = {**launcher.worker_env(2, 4), "PYTHONPATH": str(ROOT)}
   workers = [subprocess.Popen(  # pylint: disable=consider-using-with
       [sys.executable, "-c", "from docs import errors_processes; "
        f"errors_processes.fetch_worker({port}, {i})"], cwd=ROOT, env=env,

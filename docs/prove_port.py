@@ -17,7 +17,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from compare._src import equivalence
-from compare._src import tolerances
+from shardport.strategies import tolerances
 
 
 def loss(params, batch):

@@ -193,7 +193,7 @@ def _global_members(x):
   return jax.sharding.NamedSharding(mesh, jax.P(ENSEMBLE_AXIS))
 
 
-# The axes of an ensemble whose members train data-parallel (ensemble_data):
+# The axes of an ensemble whose members each train data-parallel:
 # the outer and the inner pmap's, as the port's mesh names them.
 MEMBERS_AXIS, DATA_AXIS = "members", "data"
 

@@ -27,7 +27,7 @@ make_placement = devices.placement
 # put_batch takes the whole global batch, the same in every process: every
 # member trains on all of it.
 PROCESS_LOCAL_BATCH = False
-# The backend's declared differences (shardport.training.protocol).
+# The backend's declared differences (shardport.strategies.protocol).
 BACKEND = devices.BACKEND
 STEP_TAKES_HOST_LOCAL = devices.STEP_TAKES_HOST_LOCAL
 CHECKPOINTS = devices.MemberReplicas

@@ -1,7 +1,7 @@
 """Fully sharded data parallelism (fsdp), as a classic pmap program.
 
 Each device holds 1/N of every leaf of the train state (params and optimiser
-state) along the leaf's first axis divisible by N (`shardport.workloads.fsdp`); the
+state) along the leaf's first axis divisible by N (`shardport.strategies.fsdp`); the
 others stay replicated. A step gathers the full params
 (`lax.all_gather(..., tiled=True)`), differentiates the device's loss,
 reduce-scatters the gradients (`lax.psum_scatter(..., tiled=True) / N`, the
@@ -28,7 +28,7 @@ import numpy as np
 
 from legacy_pmap import devices
 from shardport.workloads import canonical
-from shardport.workloads import fsdp
+from shardport.strategies import fsdp
 from shardport.workloads import registry
 
 VARIANTS = ("pmap",)

@@ -19,7 +19,7 @@ VARIANTS = ("shard_map", "jit")
 # put_batch takes this process's rows of the global batch (all of them in
 # one process): each process reads only its slice.
 PROCESS_LOCAL_BATCH = True
-# The backend's declared differences (shardport.training.protocol).
+# The backend's declared differences (shardport.strategies.protocol).
 BACKEND = devices.BACKEND
 STEP_TAKES_HOST_LOCAL = devices.STEP_TAKES_HOST_LOCAL
 CHECKPOINTS = devices

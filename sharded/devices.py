@@ -147,7 +147,7 @@ class MemberCheckpoints:
     return tree
 
 
-# The axes of an ensemble whose members train data-parallel (ensemble_data):
+# The axes of an ensemble whose members each train data-parallel:
 # the nested pmap's outer and inner axis names, as mesh axes.
 MEMBERS_AXIS, DATA_AXIS = "members", AXIS
 

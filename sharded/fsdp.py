@@ -2,7 +2,7 @@
 ports.
 
 Every leaf of the train state is split over the mesh's `data` axis along its
-first axis divisible by N (`P(None, ..., 'data')`, `shardport.workloads.fsdp`); the
+first axis divisible by N (`P(None, ..., 'data')`, `shardport.strategies.fsdp`); the
 others stay replicated (`P()`). The global batch is split over `data` as for
 data_parallel. `shard_map` keeps the classic program's explicit collectives
 (all-gather of the params, reduce-scatter of the gradients); `jit` takes
@@ -21,7 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from sharded import devices
 from shardport.workloads import canonical
-from shardport.workloads import fsdp
+from shardport.strategies import fsdp
 from shardport.workloads import registry
 
 VARIANTS = ("shard_map", "jit")

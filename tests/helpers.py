@@ -18,7 +18,7 @@ import numpy as np
 
 from compare._src import equivalence
 from shardport.training import dispatch
-from compare._src import tolerances
+from shardport.strategies import tolerances
 from shardport.workloads import batches
 from shardport.workloads import cnn
 

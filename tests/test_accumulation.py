@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from compare._src import hlo
-from compare._src import strategies
-from shardport.training.programs import accumulation
+from shardport import strategies
+from shardport.strategies import accumulation
 from tests import helpers
 from shardport.workloads import batches
 from shardport.workloads import configs

@@ -6,19 +6,28 @@ import pathlib
 
 import pytest
 
-from shardport.training import protocol
-from compare._src import strategies
 from legacy_pmap import devices as legacy_devices
 from sharded import devices as port_devices
+from shardport import strategies
+from shardport.strategies import protocol
 from shardport.workloads import batches
 from shardport.workloads import configs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROGRAMS = sorted({spec.program for spec in strategies.STRATEGIES.values()})
-# Every module a strategy runs, once (accumulation runs the data-parallel
-# ones too), by import name.
-RUN_MODULES = sorted({run.module.__name__ for spec in
-                      strategies.STRATEGIES.values() for run in spec.runs})
+
+
+def _label(program):
+  """A backend module's import name, or a strategy's `Reference` class's."""
+  if inspect.isclass(program):
+    return f"{program.__module__}.{program.__qualname__}"
+  return program.__name__
+
+
+# Every program a strategy runs, once (accumulation runs the data-parallel
+# ones too), by name: the backends' modules and the strategies' references.
+RUN_MODULES = {_label(run.module): run.module
+               for spec in strategies.STRATEGIES.values() for run in spec.runs}
 API = protocol.API
 
 
@@ -44,9 +53,9 @@ def test_same_public_functions_in_the_same_order(program):
   assert _public_functions(legacy) == _public_functions(sharded)
 
 
-@pytest.mark.parametrize("name", RUN_MODULES)
+@pytest.mark.parametrize("name", sorted(RUN_MODULES))
 def test_module_satisfies_the_protocol(name):
-  module = importlib.import_module(name)
+  module = RUN_MODULES[name]
   for attribute in API:
     assert hasattr(module, attribute), f"{name} lacks {attribute}"
     if attribute in protocol.StrategyModule.__annotations__:

@@ -31,7 +31,7 @@ def test_the_grids_late_controls_lie_inside_each_strategys_default_steps(
   # run takes lie within the defaults, and N = the last default step is
   # among them.
   from bench import verdict_grid  # pylint: disable=g-import-not-at-top
-  from compare._src import strategies  # pylint: disable=g-import-not-at-top
+  from shardport import strategies  # pylint: disable=g-import-not-at-top
   runs = verdict_grid.detection_runs(verdict_grid.STRATEGIES)
   for name in verdict_grid.STRATEGIES:
     default = strategies.get(name).make_config({}, digits).steps

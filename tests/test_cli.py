@@ -9,8 +9,8 @@ import pytest
 
 from compare._src import cli
 from compare._src import runner
-from compare._src import strategies
-from compare._src import tolerances
+from shardport import strategies
+from shardport.strategies import tolerances
 
 SMALL = ["--strategy", "data_parallel", "--steps", "2", "--batch-size", "64",
          "--windows", "1"]

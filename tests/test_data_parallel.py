@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 
 from compare._src import equivalence
-from compare._src import negative_controls
-from compare._src import strategies
+from shardport.strategies import negative_controls
+from shardport import strategies
 from tests import helpers
 from shardport.workloads import batches
 from shardport.workloads import configs

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from compare._src import strategies
+from shardport import strategies
 from shardport.training import checkpoints
 from shardport.workloads import digest
 

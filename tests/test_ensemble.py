@@ -12,8 +12,8 @@ import numpy as np
 import optax
 import pytest
 
-from compare._src import strategies
-from compare._src.tolerances import Tolerance
+from shardport import strategies
+from shardport.strategies.tolerances import Tolerance
 from tests import helpers
 from shardport.workloads import batches
 from shardport.workloads import configs

@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 
 from compare._src import cli
-from compare._src import strategies
+from shardport import strategies
 from legacy_pmap import devices as legacy_devices
 from sharded import devices
 from sharded import train as sharded_train

@@ -5,8 +5,8 @@ import pytest
 
 from compare._src import equivalence
 from compare._src import hlo
-from compare._src import strategies
-from compare._src import tolerances
+from shardport import strategies
+from shardport.strategies import tolerances
 
 TOL = tolerances.Tolerance(rtol=1e-5, atol=1e-5)
 

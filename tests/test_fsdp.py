@@ -12,7 +12,7 @@ import pytest
 
 from compare._src import cli
 from compare._src import hlo
-from compare._src.strategies import fsdp as strategy_module
+from shardport.strategies import fsdp as strategy_module
 from sharded import data_parallel as port_dp
 from tests import helpers
 from shardport.workloads import batches

@@ -131,7 +131,7 @@ def test_a_wrong_line_in_either_template_is_caught(copy, template, line,
 
 def test_names_are_resolved_in_the_source_not_guessed():
   assert guide.project_file(ROOT, "sharded.devices.placement")
-  assert guide.project_file(ROOT, "compare._src.tolerances.Tolerance")
+  assert guide.project_file(ROOT, "shardport.strategies.tolerances.Tolerance")
   assert guide.project_file(ROOT, "shardport.workloads.registry.Workload.loss")
   assert guide.project_file(ROOT, "sharded.devices.placement.x") is None
   assert guide.library_exists("lax.pmean")

@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare._src import negative_controls
-from compare._src import strategies
-from compare._src.tolerances import Tolerance
+from shardport.strategies import negative_controls
+from shardport import strategies
+from shardport.strategies.tolerances import Tolerance
 from tests import helpers
 from shardport.workloads import batches
 from shardport.workloads import datasets

@@ -1,13 +1,15 @@
 """The packages' layers: no import points upward, none goes in a circle.
 
-The shared core (`workloads`, `launch`, `training`) lives in the project's
-namespace, `shardport`; the top-level imports are `compare`, `legacy_pmap`,
-`sharded` and `shardport` only.
+The shared core (`workloads`, `launch`, `strategies`, `training`) lives in
+the project's namespace, `shardport`; the top-level imports are `compare`,
+`legacy_pmap`, `sharded` and `shardport` only.
 
-`workloads` -> `launch` -> `training` -> the backends -> `compare` -> `bench`
-(the measurements that write `docs/measured`) -> `docs` (the guide, whose
-builder runs them, and the examples it quotes) -> `tests`. Every import counts,
-including those inside functions (they hide a cycle rather than remove it).
+`workloads` -> `launch` -> `strategies` -> `training` -> the backends ->
+`compare` -> `bench` (the measurements that write `docs/measured`) -> `docs`
+(the guide, whose builder runs them, and the examples it quotes) -> `tests`.
+Every import counts, including those inside functions (they hide a cycle
+rather than remove it). A strategy names its backend modules as strings,
+imported when a run first asks for them (`strategy.RunSpec`).
 """
 
 import ast
@@ -22,13 +24,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Layer of each top-level package; a module may import its own layer's
 # package and any lower one. The backends share a layer and never import
 # each other.
-LAYERS = {"workloads": 0, "launch": 1, "training": 2, "legacy_pmap": 3,
-          "sharded": 3, "compare": 4, "bench": 5, "examples": 5, "docs": 6,
-          "tests": 7}
+LAYERS = {"workloads": 0, "launch": 1, "strategies": 2, "training": 3,
+          "legacy_pmap": 4, "sharded": 4, "compare": 5, "bench": 6,
+          "examples": 6, "docs": 7, "tests": 8}
 
 
 # The layers that live in the project's namespace, `shardport.<layer>`.
-CORE = ("workloads", "launch", "training")
+CORE = ("workloads", "launch", "strategies", "training")
 
 
 def _path(layer):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from compare._src import cli
-from compare._src import perturbations
+from shardport.strategies import perturbations
 
 pytest_plugins = ("pytester",)
 TOY = "tests.toy_ports"

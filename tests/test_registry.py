@@ -1,12 +1,19 @@
-"""Adding a strategy is its backend modules plus one strategy file."""
+"""Adding a strategy is one strategy module plus its two twin backend files,
+found by discovery: no list names it."""
+
+import pathlib
+import re
 
 import pytest
 
 from compare._src import cli
 from compare._src import show_diff
-from compare._src import strategies
-from compare._src import tolerances
-from compare._src.strategies import data_parallel
+from shardport import strategies
+from shardport.strategies import data_parallel
+from shardport.strategies import tolerances
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = ("compare", "legacy_pmap", "sharded", "shardport")
 
 
 class LinregTutorial(strategies.Strategy):
@@ -44,10 +51,67 @@ def test_unknown_strategy_is_not_registered():
 
 
 def test_no_strategy_name_in_the_generic_modules():
-  import pathlib  # pylint: disable=g-import-not-at-top
   root = pathlib.Path(cli.__file__).parent
   for module in ("runner.py", "report.py", "cli.py"):
     text = (root / module).read_text()
     for name in strategies.STRATEGIES:
       assert f'"{name}"' not in text, (module, name)
   assert not any("if spec." in p.read_text() for p in root.rglob("*.py"))
+
+
+def _sources_naming(name, root=ROOT):
+  """The package sources that name `name` as a word."""
+  word = re.compile(rf"\b{re.escape(name)}\b")
+  return sorted(str(path.relative_to(root)) for package in PACKAGES
+                for path in (root / package).rglob("*.py")
+                if word.search(path.read_text(encoding="utf-8")))
+
+
+# The strategies added last, whose names are not also words their code is
+# written in ("ensemble", "accumulation" and "data_parallel" are).
+@pytest.mark.parametrize("name", ["fsdp", "ensemble_data"])
+def test_a_strategy_is_named_in_its_module_and_its_twins_only(name):
+  named = _sources_naming(name)
+  assert len(named) <= 4, named
+  assert f"shardport/strategies/{name}.py" in named
+
+
+def test_the_count_sees_a_strategy_named_in_a_generic_module(tmp_path):
+  # Negative control: a fifth source naming fsdp is counted.
+  for package, stem in [("shardport", "strategies/fsdp"), ("legacy_pmap",
+                         "fsdp"), ("sharded", "fsdp"), ("compare", "runner"),
+                        ("shardport", "training/loop")]:
+    path = tmp_path / package / f"{stem}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('if name == "fsdp":\n  pass\n')
+  assert len(_sources_naming("fsdp", tmp_path)) == 5
+
+
+_EXTRA = """
+from shardport.strategies import data_parallel
+
+
+class Extra(data_parallel.DataParallel):
+  name = "extra"
+  rank = 99
+
+
+STRATEGY = Extra()
+"""
+
+
+def test_a_module_with_a_strategy_is_found_with_no_list_edited(
+    tmp_path, monkeypatch):
+  (tmp_path / "extra.py").write_text(_EXTRA)
+  # Negative control: a module without `STRATEGY` is not a strategy.
+  (tmp_path / "helper.py").write_text("RANK = 1\n")
+  monkeypatch.setattr(strategies, "__path__",
+                      [*strategies.__path__, str(tmp_path)])
+  found = [s.name for s in strategies._discover()]  # pylint: disable=protected-access
+  assert found == [*strategies.STRATEGIES, "extra"]
+
+
+def test_each_program_restores_those_that_restore_it():
+  assert strategies.get("data_parallel").restores == ("fsdp",)
+  assert strategies.get("fsdp").restores == ("data_parallel",)
+  assert strategies.get("ensemble").restores == ()

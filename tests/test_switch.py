@@ -20,7 +20,7 @@ import pytest
 
 from compare._src import cli
 from compare._src import runner
-from compare._src import strategies
+from shardport import strategies
 from compare._src import switch
 from tests import helpers
 from shardport.workloads import datasets

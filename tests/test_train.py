@@ -21,8 +21,8 @@ import pytest
 from shardport.training import checkpoints
 from shardport.training import handover
 from shardport.training import dispatch
-from compare._src import strategies
-from compare._src.reference import data_parallel as reference
+from shardport import strategies
+from shardport.strategies.data_parallel import Reference as reference
 from legacy_pmap import data_parallel as legacy_dp
 from legacy_pmap import train as legacy_train
 from sharded import data_parallel as sharded_dp

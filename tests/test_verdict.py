@@ -12,7 +12,7 @@ import pytest
 
 from bench import verdict_runs
 from compare._src import cli
-from compare._src import strategies
+from shardport import strategies
 
 SHORT = {"data_parallel": ["--steps", "3", "--batch-size", "64"],
          "accumulation": ["--steps", "3", "--batch-size", "64"],

@@ -10,7 +10,7 @@ import pytest
 from compare._src import equivalence
 from compare._src import lockstep
 from compare._src import runner
-from compare._src import strategies
+from shardport import strategies
 from compare._src import verdicts
 
 

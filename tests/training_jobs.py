@@ -15,7 +15,7 @@ import jax
 from jax.experimental.compilation_cache import compilation_cache
 import pytest
 
-from compare._src import strategies
+from shardport import strategies
 from legacy_pmap import train as legacy_train
 from sharded import train as sharded_train
 

@@ -14,7 +14,7 @@ from shardport.launch import emulation
 from shardport.launch import files
 from shardport.launch import options
 from compare._src import report
-from compare._src import strategies
+from shardport import strategies
 from compare._src import switch
 from compare._src import sweep
 

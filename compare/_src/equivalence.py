@@ -8,7 +8,7 @@ patterns, so two runs that blew up into identical NaNs are still bitwise.
 import jax
 import numpy as np
 
-from compare._src import tolerances
+from shardport.strategies import tolerances
 
 BITWISE, CLOSE, DIFFER = "bitwise", "close", "differ"
 

@@ -247,8 +247,8 @@ def describe(compiled) -> dict:
   executed by one call, rolled loops counted per trip. `all_reduce_bytes`:
   bytes all-reduced by one call. `collective_bytes_per_step`: for each
   collective, the unsharded bytes it works on in one call (`_full_bytes`:
-  an fsdp step's all-gathers and reduce-scatters against data_parallel's
-  all-reduce). `collectives_exact`: False where a loop's
+  a sharded state's all-gathers and reduce-scatters against a replicated
+  state's all-reduce). `collectives_exact`: False where a loop's
   trip count or a conditional's branch is unknown (then the executed counts
   are lower bounds, and `collectives_note` says where). A step made of several
   calls (optax.MultiSteps) multiplies the per-call figures by its calls.

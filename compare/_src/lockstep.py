@@ -79,7 +79,7 @@ class Lockstep:
                n_devices: int, rows, truth: str, perturbation,
                port_runs=(), witness=None):
     """`truth` names the ground-truth run; `perturbation(t)` is the change
-    (`compare._src.perturbations`) of its calibration step at step t;
+    (`shardport.strategies.perturbations`) of its calibration step at step t;
     `port_runs` are the runs a negative control plants its mistake in,
     `witness` the run each of them must take the step of (pmap), if it
     runs."""

@@ -1,7 +1,7 @@
 """A `Port`'s runs as strategy modules, and the strategy that judges them.
 
 `compare.prove` turns a team's `Port` into what the runner runs for our own
-strategies: a module per run with the `shardport.training.protocol.StrategyModule`
+strategies: a module per run with the `shardport.strategies.protocol.StrategyModule`
 API (pmap's, the port's and the optional one-device reference's), and a
 `PortStrategy` with its pairs, tolerances, calibration and controls.
 """
@@ -13,13 +13,13 @@ import numpy as np
 
 from compare._src import adapt
 from compare import conversions
-from compare._src import negative_controls as controls
-from compare._src import perturbations
+from shardport.strategies import negative_controls as controls
+from shardport.strategies import perturbations
 from compare._src import port_steps
-from compare._src.reference import OneDevice
-from compare._src.strategies.base import RunSpec
-from compare._src.strategies.base import Strategy
-from compare._src.tolerances import Tolerance
+from shardport.strategies.reference import OneDevice
+from shardport.strategies.strategy import RunSpec
+from shardport.strategies.strategy import Strategy
+from shardport.strategies.tolerances import Tolerance
 from legacy_pmap import devices as pmap_devices
 from sharded import devices as mesh_devices
 from shardport.workloads import canonical
@@ -49,7 +49,7 @@ class PortConfig:
 
 
 class _Run:
-  """One run of a `Port` (`shardport.training.protocol.StrategyModule`)."""
+  """One run of a `Port` (`shardport.strategies.protocol.StrategyModule`)."""
 
   PROCESS_LOCAL_BATCH = False
   STEP_TAKES_HOST_LOCAL = False

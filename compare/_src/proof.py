@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 import os
 
+from compare._src import plots
 from compare._src import port as port_module
 from compare._src import report as report_module
 from shardport.launch import distributed
@@ -62,7 +63,8 @@ class Proof:
 
   def plot(self, path: str) -> None:
     """Loss, metrics, drift and lockstep panels as a PNG at `path`."""
-    self.strategy.plot(self.report, path)
+    plots.learning_curves(self.report, path,
+                          members=self.strategy.plot_members)
 
 
 def prepare(port, steps: int | None = None):
@@ -129,7 +131,7 @@ def prove_strategy(strategy, config, data, n_devices: int, *, control=None,
   """Our strategies' entry to the engine (and a `Port`'s, once prepared).
 
   Args:
-    strategy: a registered strategy (`compare._src.strategies`) or a
+    strategy: a registered strategy (`shardport.strategies`) or a
       prepared `Port`'s.
     config: its config (the CLI has checked it).
     data: its dataset (None for a `Port`'s own batches).

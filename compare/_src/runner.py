@@ -22,12 +22,12 @@ from shardport.launch import distributed
 from compare._src import equivalence
 from compare._src import hlo
 from compare._src import lockstep
-from compare._src import perturbations
+from shardport.strategies import perturbations
 from compare._src import switch
 from compare._src import timing
 from compare._src import utilisation
 from compare._src import verdicts
-from compare._src.reference import OneDevice
+from shardport.strategies.reference import OneDevice
 from shardport.training import dispatch
 from shardport.training import metrics as run_metrics
 from shardport.training.metrics import global_devices
@@ -47,7 +47,7 @@ class Run:
   variant: str
   calls: int = 1
   n_devices: int = 1
-  # A calibration run's change (`compare._src.perturbations`), else None.
+  # A calibration run's change (`shardport.strategies.perturbations`), else None.
   perturbation: object = None
   local_batch: bool = False
   same_as: object = None

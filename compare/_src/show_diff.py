@@ -3,13 +3,13 @@
 `python -m compare --show-diff data_parallel` prints `program_diff`. The
 backends mirror each other file for file and function for function, so the
 diff shows only the parallelism lines. The programs are the registered
-strategies' (`compare._src.strategies.STRATEGIES`).
+strategies' (`shardport.strategies.STRATEGIES`).
 """
 
 import difflib
 import pathlib
 
-from compare._src import strategies
+from shardport import strategies
 
 BACKENDS = ("legacy_pmap", "sharded")
 # The backends are installed (or checked out) beside `compare/`.

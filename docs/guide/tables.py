@@ -29,7 +29,7 @@ SUMMED_LOSS = {"workloads": ("cnn", "linear512"),
 
 def strategies():
   """The registry, in the guide's order."""
-  from compare._src.strategies import STRATEGIES  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from shardport.strategies import STRATEGIES  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   return STRATEGIES
 
 

@@ -1,8 +1,8 @@
 """The checkpointed training program both backends' `train.py` run.
 
-- `programs`: what training needs of each program (config, validation,
-  calls per step, evaluation), by name;
-- `protocol`: the API every backend's program module exposes;
+(What training needs of each program, by name, and the API every backend's
+program module exposes are `shardport.strategies`'s.)
+
 - `inputs`: every input of a run checked before compiling (`prepare`);
 - `loop`: train, evaluate, checkpoint, resume (`train_and_evaluate`);
 - `cli`: the training programs' command line;

@@ -13,11 +13,11 @@ imports jax.
 
 import sys
 
+from shardport import strategies
 from shardport.launch import distributed
 from shardport.launch import emulation
 from shardport.launch import options
 from shardport.training import checkpoints
-from shardport.training import programs
 from shardport.training import workdir as workdirs
 
 EXIT_DONE, EXIT_USAGE = 0, 2
@@ -27,7 +27,7 @@ def build_parser(backend: str) -> options.Parser:
   """The training program's parser: compare's run options and its own."""
   parser = options.Parser(prog=f"python -m {backend}.train",
                           description=__doc__.split("\n")[0])
-  options.add_run_options(parser, tuple(programs.PROGRAMS))
+  options.add_run_options(parser, tuple(strategies.STRATEGIES))
   options.add_process_options(parser)
   add = parser.add_argument
   add("--workdir", required=True,
@@ -75,7 +75,7 @@ def _prepare(backend, args):
   """The job, with every input checked; nothing compiled."""
   from shardport.training import inputs  # pylint: disable=g-import-not-at-top
   from shardport.training import loop  # pylint: disable=g-import-not-at-top
-  checked = inputs.prepare(programs.get(args.strategy), args)
+  checked = inputs.prepare(strategies.get(args.strategy), args)
   schedule = loop.Schedule(args.eval_every, args.checkpoint_every,
                            args.max_to_keep)
   return loop.prepare(backend, checked.program, checked.config, args.workdir,

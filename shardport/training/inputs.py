@@ -8,8 +8,8 @@ input with the same one line (exit 2).
 import dataclasses
 from typing import Any
 
+from shardport import strategies
 from shardport.launch import options
-from shardport.training import programs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,13 +23,13 @@ class Inputs:
     n_devices: devices per process.
   """
 
-  program: programs.Program
+  program: strategies.Program
   config: Any
   data: Any
   n_devices: int
 
 
-def prepare(program: programs.Program, args,
+def prepare(program: strategies.Program, args,
             device_counts: tuple[int, ...] = ()) -> Inputs:
   """Reads and checks the run options of `args` for `program`.
 

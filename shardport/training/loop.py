@@ -24,13 +24,13 @@ import jax
 import numpy as np
 import tqdm
 
+from shardport import strategies
 from shardport.launch import distributed
 from shardport.launch import files
 from shardport.training import checkpoints
 from shardport.training import run_records
 from shardport.training import dispatch
 from shardport.training import metrics as run_metrics
-from shardport.training import programs
 from shardport.training import workdir as workdirs
 from shardport.workloads import batches
 from shardport.workloads import datasets
@@ -59,7 +59,7 @@ class TrainingJob:
   """One training run, checked and set up, nothing compiled yet."""
 
   backend: str
-  program: programs.Program
+  program: strategies.Program
   config: Any
   data: Any
   n_devices: int
@@ -107,7 +107,7 @@ def prepare(backend: str, program, config, workdir: str, *, data,
 
   Args:
     backend: the backend package's name, whose `<program>` module trains.
-    program: a `shardport.training.programs` name or Program.
+    program: a `shardport.strategies` name or Program.
     config: the program's config (`program.make_config`), validated.
     workdir: where checkpoints, metrics and the result go.
     data: the dataset.
@@ -118,7 +118,7 @@ def prepare(backend: str, program, config, workdir: str, *, data,
     ValueError: (one line) devices, ensemble size, workdir, or a checkpoint
       in the workdir written by another run.
   """
-  program = programs.get(program) if isinstance(program, str) else program
+  program = strategies.get(program) if isinstance(program, str) else program
   module = importlib.import_module(f"{backend}.{program.program}")
   program.check_module(module, config, run_metrics.global_devices(n_devices))
   placement = module.make_placement(n_devices)
@@ -344,7 +344,7 @@ def train_and_evaluate(backend: str, config, workdir: str, *, program,
     config: the program's config (`program.make_config`).
     workdir: where checkpoints, metrics and the result go; a checkpoint
       already there is resumed from.
-    program: a `shardport.training.programs` name or Program.
+    program: a `shardport.strategies` name or Program.
     data: the dataset (loaded from `config.dataset` if None).
     data_dir: tensorflow-datasets directory, where `data` is None.
     n_devices: devices to run on (all local devices if None).

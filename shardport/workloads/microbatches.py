@@ -24,7 +24,7 @@ def check_loop(loop: str) -> None:
   """Raises AccumulationError unless `loop` is one of `LOOPS`.
 
   `auto` is not a loop: whoever knows the platform resolves it first
-  (`shardport.training.programs.accumulation.resolve_loop`).
+  (`shardport.strategies.accumulation.resolve_loop`).
   """
   if loop not in LOOPS:
     raise AccumulationError(f"unknown accum loop {loop!r}; choose one of "

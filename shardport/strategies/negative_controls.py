@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from shardport.training import protocol
+from shardport.strategies import protocol
 
 _API = protocol.API
 

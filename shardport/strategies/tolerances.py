@@ -6,7 +6,7 @@ leaf's own magnitude keeps one number meaningful for weights (~0.1), momentum
 traces (~gradients) and step counters alike, and stops near-zero entries
 (whose relative error is large and meaningless) from deciding the verdict.
 The numbers and their measured reasons live with each strategy
-(`compare._src.strategies`, its `tolerances`).
+(`shardport.strategies`, its `tolerances`).
 """
 
 import dataclasses

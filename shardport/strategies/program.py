@@ -4,8 +4,8 @@ A program (data_parallel, ensemble, accumulation, ...) is one module in every
 backend plus this description of it: its config, all its input validation,
 the calls of its step per optimiser step, its evaluation cadence and how its
 test metrics are summarised. How `compare` judges a program (runs, pairs,
-tolerances, controls, report lines, plot) is not here: it extends a program
-in `compare._src.strategies`. Subclasses override only what differs.
+tolerances, controls, report lines) is not here: `strategy.Strategy`
+extends it. Subclasses override only what differs.
 """
 
 import dataclasses
@@ -26,6 +26,8 @@ class Program:
   Attributes:
     name: the `--strategy` name.
     program: the backends' module name (`sharded/<program>.py`).
+    rank: the program's place in every list of them (the CLI's choices,
+      the guide's tables): the order the guide teaches them in.
     config_class: the config dataclass the program takes.
     defaults: config values the CLI uses unless the workload or user says.
     workloads: the workloads this program trains.
@@ -38,6 +40,7 @@ class Program:
 
   name: ClassVar[str] = ""
   program: ClassVar[str] = ""
+  rank: ClassVar[int] = 0
   config_class: ClassVar[type] = configs.TrainConfig
   defaults: ClassVar[dict] = {}
   workloads: ClassVar[tuple[str, ...]] = tuple(registry.WORKLOADS)

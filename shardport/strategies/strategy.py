@@ -1,33 +1,48 @@
 """What every strategy is made of, with real defaults: the `Strategy` class.
 
 A strategy (data_parallel, ensemble, accumulation, ...) is a training
-program (`shardport.training.programs`: its config, validation, calls per step,
-evaluation and summary) plus what `compare` needs to judge it: its runs and
-the pairs it compares, its tolerances with their reasons, its negative
-controls, its report lines and its plot. Subclasses override only what
-differs from these defaults.
+program (`shardport.strategies.program`: its config, validation, calls per
+step, evaluation and summary) plus what `compare` needs to judge it: its runs
+and the pairs it compares, its tolerances with their reasons, its negative
+controls and its report lines. Subclasses override only what differs from
+these defaults.
 """
 
 import dataclasses
+import importlib
 from typing import Any, ClassVar
 
-from compare._src import perturbations
-from compare._src import plots
-from compare._src.negative_controls import NegativeControl
-from compare._src.tolerances import Tolerance
-from shardport.training.programs import Program
+from shardport.strategies import perturbations
+from shardport.strategies.negative_controls import NegativeControl
+from shardport.strategies.program import Program
+from shardport.strategies.tolerances import Tolerance
 from shardport.workloads import batches
 from shardport.workloads import configs
 
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-  """One run a strategy asks for: its name in the report, its module and
-  variant (`compare._src.runner.Run` is the run as it trains)."""
+  """One run a strategy asks for: its name in the report, its program and
+  variant (`compare._src.runner.Run` is the run as it trains).
+
+  Attributes:
+    name: the run's name in the report.
+    source: the backend module that runs it, by name (`"sharded.data_parallel"`:
+      imported when first asked for, since the backends sit above the
+      strategies), or an object with the backends' API (a reference).
+    variant: the backend's variant (`"shard_map"`, `"jit"`, ...).
+  """
 
   name: str
-  module: Any
+  source: Any
   variant: str
+
+  @property
+  def module(self):
+    """The program with the backends' API (`shardport.strategies.protocol`)."""
+    if isinstance(self.source, str):
+      return importlib.import_module(self.source)
+    return self.source
 
 
 # A pair's step from the shared state may differ from its partner's by this
@@ -86,6 +101,7 @@ class Strategy(Program):
     throughput_pair: `(pmap run, port run)` whose examples/s are compared.
     calibration_change: what the calibration runs change, in words.
     loss_convention: what the reported losses are, in one sentence.
+    plot_members: whether `--plot` draws every member's test accuracy.
   """
 
   runs: ClassVar[tuple[RunSpec, ...]] = ()
@@ -111,6 +127,8 @@ class Strategy(Program):
       "summed over each device's batch, averaged over devices (sum / "
       "n_devices), so it grows with the per-device batch; test loss is the "
       "mean per example")
+
+  plot_members: ClassVar[bool] = False
 
   # --- what runs -----------------------------------------------------------
 
@@ -198,7 +216,3 @@ class Strategy(Program):
     """Lines of the printed report that only this strategy has."""
     del report
     return []
-
-  def plot(self, report: dict, path: str) -> None:
-    """`--plot PATH`: loss, test accuracy and drift against the band."""
-    plots.learning_curves(report, path)

@@ -1,6 +1,16 @@
-"""fsdp: pmap, shard_map and jit with the train state sharded over the
-devices, against data_parallel's single-device reference and data_parallel's
-own shard_map port on the same batches.
+"""fsdp: data parallelism with the train state sharded over the devices.
+
+pmap (`legacy_pmap.fsdp`), shard_map and jit (`sharded.fsdp`) against
+data_parallel's single-device reference and data_parallel's own shard_map
+port on the same batches.
+
+The sharding rule, shared by both backends (`shard_axis`): a leaf of the
+train state (params, optimiser state, any other array field) is split over
+the N devices along its FIRST axis whose length is a positive multiple of N;
+a leaf with no such axis (scalars such as `step` or adam's `count`, a bias of
+10 on 8 devices) stays replicated. Every device then holds 1/N of each split
+leaf. With N = 1 every non-scalar leaf is "split" into one piece, i.e. the
+whole leaf.
 
 Reported beside the verdict, all from the same run: each run's bytes of
 params + optimiser state on one device (its addressable shards), against the
@@ -15,21 +25,49 @@ import math
 import jax
 from jax import lax
 
-from compare._src import negative_controls as controls
-from compare._src import report as report_module
-from compare._src.reference import data_parallel as reference
-from compare._src.strategies.base import NegativeControl
-from compare._src.strategies.base import RunSpec
-from compare._src.strategies.base import Strategy
-from compare._src.strategies.data_parallel import FINAL
-from compare._src.tolerances import Tolerance
-from legacy_pmap import fsdp as legacy
-from sharded import data_parallel as replicated
-from sharded import fsdp as port
-from shardport.training.programs.fsdp import FsdpProgram
+from shardport.strategies import negative_controls as controls
+from shardport.strategies import throughput
+from shardport.strategies.data_parallel import DataParallel
+from shardport.strategies.data_parallel import FINAL
+from shardport.strategies.data_parallel import Reference
+from shardport.strategies.negative_controls import NegativeControl
+from shardport.strategies.strategy import RunSpec
+from shardport.strategies.tolerances import Tolerance
 
 MEMORY_TARGET = 0.10  # per-device state <= (1/N + 10%) of the replicated
 BASELINE = "data_parallel"  # the run with the replicated state
+REPLICATED = -1
+
+
+def shard_axis(shape, n: int) -> int:
+  """The axis a leaf of `shape` is split along over `n` devices, or
+  `REPLICATED` (-1) where no axis divides."""
+  for i, size in enumerate(shape):
+    if size >= n and size % n == 0:
+      return i
+  return REPLICATED
+
+
+def shard_axes(tree, n: int):
+  """`shard_axis` of every leaf of `tree` (arrays or shape structs)."""
+  return jax.tree.map(lambda x: shard_axis(x.shape, n), tree)
+
+
+def gather(params, axes, axis_name):
+  """The full params from each device's shards (replicated leaves as they
+  are)."""
+  return jax.tree.map(lambda x, a: x if a == REPLICATED else
+                      lax.all_gather(x, axis_name, axis=a, tiled=True),
+                      params, axes)
+
+
+def scatter_mean(grads, axes, axis_name, n):
+  """Each device's shard of the mean gradient over devices (the mean itself
+  for replicated leaves)."""
+  return jax.tree.map(lambda g, a: lax.pmean(g, axis_name) if a == REPLICATED
+                      else lax.psum_scatter(
+                          g, axis_name, scatter_dimension=a, tiled=True) / n,
+                      grads, axes)
 
 
 def wrong_shard(module, run):
@@ -71,14 +109,22 @@ def state_bytes_per_device(state) -> dict:
   return per
 
 
-class Fsdp(FsdpProgram, Strategy):
-  """Data parallelism with params and optimiser state sharded over `data`."""
+class Fsdp(DataParallel):
+  """Data parallelism with params and optimiser state sharded over `data`:
+  data_parallel's program, defaults and input checks (the batch must divide
+  over the devices), the state split by `shard_axis`."""
 
-  runs = (RunSpec("pmap", legacy, "pmap"),
-          RunSpec("shard_map", port, "shard_map"),
-          RunSpec("jit", port, "jit"),
-          RunSpec(BASELINE, replicated, "shard_map"),
-          RunSpec("reference", reference, "reference"))
+  name = "fsdp"
+  program = "fsdp"
+  rank = 4
+  # It saves the same state as data_parallel, as whole leaves: a job goes on
+  # either way (`shardport.strategies.restorable`).
+  restores = (BASELINE,)
+  runs = (RunSpec("pmap", "legacy_pmap.fsdp", "pmap"),
+          RunSpec("shard_map", "sharded.fsdp", "shard_map"),
+          RunSpec("jit", "sharded.fsdp", "jit"),
+          RunSpec(BASELINE, "sharded.data_parallel", "shard_map"),
+          RunSpec("reference", Reference, "reference"))
   pairs = (("pmap", "shard_map"), ("pmap", "reference"),
            ("shard_map", "reference"), ("jit", "reference"),
            ("shard_map", BASELINE), (BASELINE, "reference"))
@@ -127,7 +173,7 @@ class Fsdp(FsdpProgram, Strategy):
           f"{BASELINE}'s {full} B (target <= 1/{n} + 10% = "
           f"{1 / n + MEMORY_TARGET:.3f}: {'met' if ok else 'NOT met'})")
       lines.append(_collectives_line(name, run))
-      speed = report_module.throughput_ratio(
+      speed = throughput.throughput_ratio(
           {**report, "throughput_pair": (BASELINE, name)})
       if speed:
         lines.append(
@@ -149,3 +195,6 @@ def _collectives_line(name, run):
   total = sum(sizes.values()) / 1024
   return (f"{name:<13} per step: {', '.join(parts)} (unsharded sizes; "
           f"{total:.1f} KiB in all)")
+
+
+STRATEGY = Fsdp()

@@ -1,7 +1,8 @@
 """The public API every strategy module exposes, in both backends.
 
-`legacy_pmap.<strategy>`, `sharded.<strategy>` and `compare._src.reference.
-<strategy>` all satisfy `StrategyModule` (a module can satisfy a Protocol);
+`legacy_pmap.<strategy>`, `sharded.<strategy>` and each strategy's
+one-device `Reference` (`shardport.strategies.<strategy>`) all satisfy
+`StrategyModule` (a module or class can satisfy a Protocol);
 `tests/test_api.py` checks that the signatures match name for name. Where the
 backends differ in a way the loop or the harness must know, the module
 declares it (`BACKEND`, `STEP_TAKES_HOST_LOCAL`, `CHECKPOINTS`, and for
