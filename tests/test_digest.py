@@ -27,15 +27,23 @@ N_DEVICES = 8
 NOT_CANONICAL = (".opt_state.acc_grads", ".opt_state.mini_step")
 
 
+def _label(module):
+  """A backend module's import name, or a strategy's `Reference` class's."""
+  if isinstance(module, type):
+    return f"{module.__module__}.{module.__qualname__}"
+  return module.__name__
+
+
 def _cases():
-  """`(strategy, module name, options)`: every module of every strategy,
+  """`(strategy, module, options)`: every module of every strategy,
   and the accumulation backends under optax.MultiSteps."""
   cases = []
   for name, strategy in strategies.STRATEGIES.items():
-    modules = dict.fromkeys(run.module.__name__ for run in strategy.runs)
-    cases += [pytest.param(name, module, {}, id=f"{name}-{module}")
-              for module in modules]
-  cases += [pytest.param("accumulation", f"{backend}.accumulation",
+    modules = {_label(run.module): run.module for run in strategy.runs}
+    cases += [pytest.param(name, module, {}, id=f"{name}-{label}")
+              for label, module in modules.items()]
+  cases += [pytest.param("accumulation",
+                         importlib.import_module(f"{backend}.accumulation"),
                          {"accum_loop": "multisteps", "accum_steps": 2},
                          id=f"multisteps-{backend}")
             for backend in ("legacy_pmap", "sharded")]
@@ -74,11 +82,13 @@ def _part(path):
   return "step" if names[-1] == "gradient_step" else names[0]
 
 
-def _state(strategy_name, module_name, options, digits):
+def _state(strategy_name, module, options, digits):
+  """`module` (or its import name)'s initial state for the strategy."""
   strategy = strategies.get(strategy_name)
   config = strategy.make_config(
       {"steps": 1, "global_batch": 64, **options}, digits)
-  module = importlib.import_module(module_name)
+  if isinstance(module, str):
+    module = importlib.import_module(module)
   why = getattr(module, "why_unavailable", lambda: None)()
   if why:  # a program this jax cannot run (ensemble_data's nested pmap)
     pytest.skip(why)

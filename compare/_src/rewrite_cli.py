@@ -1,0 +1,185 @@
+"""`python -m compare.rewrite`: files in, files and a report out.
+
+    python -m compare.rewrite IN.py -o OUT.py [--report R.txt] [--prove SPEC]
+    python -m compare.rewrite --in-tree DIR --out-tree DIR [--report R.txt]
+
+Like `tf_upgrade_v2`: every change and every place left to a person, by file
+and line. Exit 0 when everything was rewritten, 1 when something needs a
+person (the files are still written), 2 on bad input (not Python, no pmap,
+an output that cannot be written), with one line and nothing written.
+"""
+
+import argparse
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+
+from compare._src import rewrite_file
+from compare._src.rewrite_file import RewriteError
+
+EXIT_DONE, EXIT_PERSON, EXIT_USAGE = 0, 1, 2
+_KIND = {"changed": "changed", "person": "NEEDS A PERSON", "kept": "kept"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(
+      prog="python -m compare.rewrite",
+      description="Rewrites every jax.pmap into jax.jit(jax.shard_map(...)) "
+                  "and reports each change and each place left to a person.")
+  parser.add_argument("input", nargs="?", help="the pmap program, a .py file")
+  parser.add_argument("-o", "--output", help="where the port is written")
+  parser.add_argument("--in-tree", help="a directory: every .py file in it")
+  parser.add_argument("--out-tree", help="where the tree is written (must "
+                      "not exist); files without pmap are copied")
+  parser.add_argument("--report", help="also write the report to this file")
+  parser.add_argument("--prove", metavar="PKG.MODULE:NAME", help=(
+      "prove the rewrite: the team's compare.Port for the original program "
+      "(or a function returning it), whose pmap_step is a pmap of IN; the "
+      "rewritten step is proved against it"))
+  parser.add_argument("--steps", type=int, help="--prove's steps (default: "
+                      "the Port's)")
+  return parser
+
+
+def _check_args(args) -> list[tuple[pathlib.Path, pathlib.Path]]:
+  """`(input, output)` pairs, or RewriteError naming the flag."""
+  if args.in_tree or args.out_tree:
+    if args.input or args.output or args.prove:
+      raise RewriteError("give IN.py -o OUT.py, or --in-tree and --out-tree, "
+                         "not both (--prove takes one file)")
+    if not (args.in_tree and args.out_tree):
+      raise RewriteError("--in-tree and --out-tree go together")
+    source, target = pathlib.Path(args.in_tree), pathlib.Path(args.out_tree)
+    if not source.is_dir():
+      raise RewriteError(f"--in-tree {source}: no such directory")
+    if target.exists():
+      raise RewriteError(f"--out-tree {target} exists: name a new directory")
+    _check_writable(target.parent, "--out-tree")
+    return [(path, target / path.relative_to(source))
+            for path in sorted(source.rglob("*.py"))]
+  if not args.input or not args.output:
+    raise RewriteError("give the program and where to write its port: "
+                       "IN.py -o OUT.py")
+  source, target = pathlib.Path(args.input), pathlib.Path(args.output)
+  if not source.is_file():
+    raise RewriteError(f"{source}: no such file")
+  if target.resolve() == source.resolve():
+    raise RewriteError(f"-o {target} is the input: write the port beside it")
+  _check_writable(target.parent, "-o")
+  return [(source, target)]
+
+
+def _check_writable(directory: pathlib.Path, flag: str) -> None:
+  directory = directory if str(directory) else pathlib.Path(".")
+  if not directory.is_dir() or not os.access(directory, os.W_OK):
+    raise RewriteError(f"{flag}: cannot write in {directory}")
+
+
+def _rewrite_all(pairs, tree: bool):
+  """Every file's `Rewrite` (None: no pmap, copied as it is), or raises."""
+  results = []
+  for source, target in pairs:
+    try:
+      text = source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+      raise RewriteError(f"{source}: cannot read it ({err})") from None
+    try:
+      results.append((source, target,
+                      rewrite_file.rewrite_source(text, str(source))))
+    except RewriteError as err:
+      if not (tree and str(err).endswith("no jax.pmap found")):
+        raise
+      results.append((source, target, None))
+  if tree and all(r is None for _, _, r in results):
+    raise RewriteError("--in-tree: no jax.pmap found in any .py file")
+  return results
+
+
+def _write(results, tree_root: pathlib.Path | None) -> None:
+  """Writes every output, all or nothing for a tree (a temporary tree moved
+  into place), each file atomically."""
+  staging = (pathlib.Path(tempfile.mkdtemp(dir=tree_root.parent))
+             if tree_root else None)
+  try:
+    for source, target, rewrite in results:
+      final = (staging / target.relative_to(tree_root)) if staging else target
+      final.parent.mkdir(parents=True, exist_ok=True)
+      if rewrite is None:
+        shutil.copyfile(source, final)
+        continue
+      partial = final.with_name(final.name + ".partial")
+      partial.write_text(rewrite.code, encoding="utf-8")
+      os.replace(partial, final)
+    if staging:
+      os.replace(staging, tree_root)
+  except BaseException:
+    if staging:
+      shutil.rmtree(staging, ignore_errors=True)
+    raise
+
+
+def _load_port(spec: str):
+  """The Port `--prove` names, or RewriteError: before anything is written."""
+  from compare._src import port as port_module  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  try:
+    return port_module.load(spec)
+  except port_module.PortError as err:
+    raise RewriteError(str(err).replace("--program", "--prove")) from None
+
+
+def report_lines(results) -> list[str]:
+  """The report: one line per finding, by file and line, then the counts."""
+  lines, counts = [], {kind: 0 for kind in _KIND}
+  for source, target, rewrite in results:
+    if rewrite is None:
+      continue
+    lines.append(f"{source} -> {target}")
+    for finding in rewrite.findings:
+      counts[finding.kind] += 1
+      lines.append(f"  {source}:{finding.line}: {_KIND[finding.kind]}: "
+                   f"{finding.text}")
+  lines.append(f"{counts['changed']} pmap(s) rewritten, {counts['person']} "
+               f"place(s) need a person, {counts['kept']} call site(s) keep "
+               "pmap's stacked layout (the next step: the state placed once "
+               "on the mesh; docs/MIGRATION.md#idiom-map)")
+  return lines
+
+
+def main(argv=None) -> int:
+  args = build_parser().parse_args(argv)
+  port = None
+  try:
+    pairs = _check_args(args)
+    if args.report:
+      _check_writable(pathlib.Path(args.report).parent, "--report")
+    if args.steps is not None and (args.steps < 1 or not args.prove):
+      raise RewriteError("--steps takes a positive count, with --prove")
+    results = _rewrite_all(pairs, tree=bool(args.in_tree))
+    if args.prove:
+      port = _load_port(args.prove)
+    _write(results, pathlib.Path(args.out_tree) if args.out_tree else None)
+  except RewriteError as err:
+    print(f"compare.rewrite: {err}", file=sys.stderr)
+    return EXIT_USAGE
+  lines = report_lines(results)
+  print("\n".join(lines))
+  if args.report:
+    pathlib.Path(args.report).write_text("\n".join(lines) + "\n",
+                                         encoding="utf-8")
+  code = (EXIT_PERSON if any(r and r.needs_a_person for _, _, r in results)
+          else EXIT_DONE)
+  if port is not None:
+    from compare._src import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+    from compare._src.port import PortError  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+    try:
+      proved = rewrite_proof.prove(port, *pairs[0], steps=args.steps)
+    except PortError as err:
+      print(f"compare.rewrite: {err}", file=sys.stderr)
+      return EXIT_USAGE
+    code = max(code, proved)
+  elif not args.in_tree:
+    print("to prove it: --prove PKG.MODULE:NAME, the compare.Port of the "
+          "original program (its pmap_step a pmap of this file)")
+  return code

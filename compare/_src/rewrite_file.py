@@ -1,0 +1,133 @@
+"""One file rewritten: parse, rewrite every pmap, add the helpers, report.
+
+`rewrite_source` is the whole rewrite of one source text; the CLI
+(`compare._src.rewrite_cli`) reads and writes the files.
+"""
+
+import dataclasses
+
+import libcst as cst
+from libcst import metadata
+
+from compare._src import rewrite_helpers
+from compare._src import rewrite_pmap
+from compare._src.rewrite_pmap import Finding
+
+
+class RewriteError(ValueError):
+  """Input the rewrite cannot take (one line, exit 2)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rewrite:
+  """A file's rewrite.
+
+  Attributes:
+    code: the rewritten source (the input itself where nothing changed).
+    findings: every change, every place left to a person and every call
+      site that keeps pmap's stacked layout, in line order.
+  """
+
+  code: str
+  findings: tuple[Finding, ...]
+
+  @property
+  def needs_a_person(self) -> bool:
+    return any(f.kind == "person" for f in self.findings)
+
+
+def _pmap_aliases(module) -> set[str]:
+  """Names bound to jax.pmap by `from jax import pmap [as NAME]`."""
+  aliases = set()
+  for statement in module.body:
+    if not isinstance(statement, cst.SimpleStatementLine):
+      continue
+    for small in statement.body:
+      if (isinstance(small, cst.ImportFrom) and small.module is not None
+          and rewrite_pmap._dotted(small.module) == "jax"  # pylint: disable=protected-access
+          and not isinstance(small.names, cst.ImportStar)):
+        for alias in small.names:
+          if alias.name.value == "pmap":
+            aliases.add(alias.asname.name.value if alias.asname else "pmap")
+  return aliases
+
+
+class _References(cst.CSTVisitor):
+  """The lines where jax.pmap (or an alias) appears at all."""
+
+  METADATA_DEPENDENCIES = (metadata.PositionProvider,)
+
+  def __init__(self, aliases):
+    super().__init__()
+    self.aliases, self.lines = aliases, []
+
+  def _add(self, node):
+    if rewrite_pmap._is_pmap(node, self.aliases):  # pylint: disable=protected-access
+      self.lines.append(
+          self.get_metadata(metadata.PositionProvider, node).start.line)
+
+  def visit_Attribute(self, node):
+    self._add(node)
+
+  def visit_Name(self, node):
+    self._add(node)
+
+  def visit_ImportFrom(self, node):
+    return False  # `from jax import pmap` is not a use
+
+
+def _with_imports(code: str, module: cst.Module, static: bool) -> str:
+  """`code` with the helpers' imports and the helpers after the imports."""
+  have = {cst.Module([]).code_for_node(s).strip() for s in module.body
+          if isinstance(s, cst.SimpleStatementLine)}
+  needed = [line for line in ("import functools", "import jax",
+                              "import numpy as np") if line not in have]
+  lines = code.splitlines(keepends=True)
+  last = 0
+  for i, line in enumerate(lines):
+    if line.startswith(("import ", "from ")) and not line.startswith(
+        "from __future__"):
+      last = i + 1
+  head = "".join(lines[:last])
+  if needed:
+    head += "".join(f"{line}  # compare.rewrite's helpers\n"
+                    for line in needed)
+  helpers = rewrite_helpers.HELPERS + (rewrite_helpers.STATIC_HELPER if static
+                                    else "")
+  return head + helpers + "".join(lines[last:])
+
+
+def rewrite_source(source: str, path: str = "<string>") -> Rewrite:
+  """Rewrites every `jax.pmap` of one Python source.
+
+  Args:
+    source: the file's text.
+    path: its name, for the messages.
+
+  Returns:
+    The `Rewrite`.
+
+  Raises:
+    RewriteError: `source` is not Python, or has no pmap.
+  """
+  try:
+    module = cst.parse_module(source)
+  except cst.ParserSyntaxError as err:
+    raise RewriteError(f"{path} is not Python: line {err.raw_line}: "
+                       f"{err.message}") from None
+  aliases = _pmap_aliases(module)
+  wrapper = metadata.MetadataWrapper(module)
+  references = _References(aliases)
+  wrapper.visit(references)
+  if not references.lines:
+    raise RewriteError(f"{path}: no jax.pmap found")
+  rewriter = rewrite_pmap.PmapRewriter(aliases)
+  new = wrapper.visit(rewriter)
+  findings = list(rewriter.findings)
+  seen = {f.line for f in findings if f.kind in ("changed", "person")}
+  findings += [Finding(line, "person", "jax.pmap used as a value (not "
+                       "called or a decorator): rewrite it by hand")
+               for line in sorted(set(references.lines) - seen)]
+  code = (_with_imports(new.code, module, rewriter.uses_static)
+          if rewriter.changed else source)
+  return Rewrite(code, tuple(sorted(findings, key=lambda f: f.line)))

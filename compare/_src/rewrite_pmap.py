@@ -1,0 +1,326 @@
+"""The rewrite of one file: every `jax.pmap` into `jax.jit(jax.shard_map(...))`.
+
+Built on LibCST, so comments and formatting survive. Each pmap (a call, a
+decorator, `functools.partial(jax.pmap, ...)` as a decorator) becomes
+
+    jax.jit(jax.shard_map(_pmap_view(f, in_axes, out_axes),
+                          mesh=_pmap_mesh(axis), in_specs=..., out_specs=...,
+                          check_vma=False), donate_argnums=...)
+
+over a 1-D mesh of the devices pmap maps over, built once per axis
+(`_pmap_mesh`). pmap's layout is kept: a mapped argument is the stacked
+`[devices, ...]` array, split over the mesh (`P(axis)`), a broadcast one
+(`in_axes=None`) is replicated (`P()`), and `_pmap_view` hands the step each
+device's block without its axis of 1, as pmap did. So every call site
+(`replicate`, `shard`, `unreplicate`, `x[0]`) runs unchanged and the step
+computes pmap's numbers; the report lists those call sites for the next
+step, the state placed once on the mesh. `check_vma=False` is how pmap
+runs: with it on, the gradient of a broadcast parameter (`in_axes=None`,
+`P()`) arrives summed over devices, and the program's own `pmean` leaves N
+times the gradient (the gradient trap). `static_broadcasted_argnums` become
+jit's `static_argnums`, bound into the step (`_pmap_static`).
+
+What it cannot rewrite safely it leaves as written, with a line saying why.
+"""
+
+import dataclasses
+
+import libcst as cst
+from libcst import metadata
+
+# Collectives whose axis must be one a pmap of this file names.
+_COLLECTIVES = ("pmean", "psum", "pmax", "pmin", "all_gather", "axis_index",
+                "ppermute", "psum_scatter", "all_to_all", "pshuffle")
+# pmap's parameters, positional order first.
+_POSITIONAL = ("fun", "axis_name")
+_KNOWN = {"fun", "axis_name", "in_axes", "out_axes", "donate_argnums",
+          "devices", "static_broadcasted_argnums", "axis_size", "backend"}
+_FOR_A_PERSON = {
+    "axis_size": "axis_size: pmap over a given axis size has no devices to "
+    "build a mesh from",
+    "backend": "backend: the mesh's devices choose the backend"}
+# Call sites that pmap's stacked layout keeps, named in the report.
+_STACKED_CALLS = {
+    "replicate": "the state copied per device: place it once with "
+                 "jax.device_put(x, NamedSharding(mesh, P())) "
+                 "(docs/MIGRATION.md#idiom-map)",
+    "unreplicate": "one device's copy read back: the value itself once the "
+                   "state is placed on the mesh (docs/MIGRATION.md"
+                   "#trap-unreplicate)",
+    "shard": "the batch reshaped to [devices, ...]: place the global batch "
+             "with NamedSharding(mesh, P(axis)) (docs/MIGRATION.md#prefetch)",
+    "prefetch_to_device": "batches stacked per device: jax.device_put each "
+                          "global batch onto the mesh (docs/MIGRATION.md"
+                          "#prefetch)",
+    "local_device_count": "the device count used to split: the mesh's size"}
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+  """One line of the report.
+
+  Attributes:
+    line: the line in the input file.
+    kind: "changed", "person" (left as written: it needs a person) or
+      "kept" (pmap's stacked layout kept at a call site; the next step).
+    text: what was done, or why not.
+  """
+
+  line: int
+  kind: str
+  text: str
+
+
+def _dotted(node) -> str:
+  """`jax.lax.pmean` for the expression `jax.lax.pmean`, else ""."""
+  if isinstance(node, cst.Name):
+    return node.value
+  if isinstance(node, cst.Attribute):
+    head = _dotted(node.value)
+    return f"{head}.{node.attr.value}" if head else ""
+  return ""
+
+
+def _is_pmap(node, aliases) -> bool:
+  name = _dotted(node)
+  return name in aliases or name == "jax.pmap"
+
+
+def _stacked_call(name: str, tail: str) -> bool:
+  """Whether a call keeps pmap's stacked layout (a `shard` only as
+  flax's `common_utils.shard`: a team's own `shard` may be anything)."""
+  if tail == "shard":
+    return name.endswith("common_utils.shard")
+  return tail in _STACKED_CALLS
+
+
+def _is_partial(node) -> bool:
+  return _dotted(node) in ("functools.partial", "partial")
+
+
+def _axes_literal(node):
+  """0, None or a tuple of them as Python values; raises ValueError else."""
+  if isinstance(node, cst.Name) and node.value == "None":
+    return None
+  if isinstance(node, cst.Integer):
+    if node.evaluated_value != 0:
+      raise ValueError(f"an axis of {node.value}, not 0 or None")
+    return 0
+  if isinstance(node, (cst.Tuple, cst.List)):
+    return tuple(_axes_literal(e.value) for e in node.elements)
+  raise ValueError(f"`{cst.Module([]).code_for_node(node)}` is not a literal "
+                   "0, None or a tuple of them")
+
+
+def _argnums(node) -> tuple[int, ...]:
+  """A literal int or tuple of ints as a tuple; raises ValueError else."""
+  if isinstance(node, cst.Integer):
+    return (node.evaluated_value,)
+  if isinstance(node, (cst.Tuple, cst.List)) and all(
+      isinstance(e.value, cst.Integer) for e in node.elements):
+    return tuple(e.value.evaluated_value for e in node.elements)
+  raise ValueError(f"`{cst.Module([]).code_for_node(node)}` is not a literal "
+                   "int or tuple of ints")
+
+
+def _specs(axes, axis_code: str) -> str:
+  if axes is None:
+    return "jax.P()"
+  if axes == 0:
+    return f"jax.P({axis_code})"
+  inner = ", ".join(_specs(a, axis_code) for a in axes)
+  return f"({inner},)" if len(axes) == 1 else f"({inner})"
+
+
+class PmapRewriter(cst.CSTTransformer):
+  """Rewrites every pmap it can; records a `Finding` for each."""
+
+  METADATA_DEPENDENCIES = (metadata.PositionProvider,)
+
+  def __init__(self, aliases):
+    super().__init__()
+    self.aliases = aliases
+    self.findings: list[Finding] = []
+    self.axes: set[str] = set()
+    self.changed = 0
+    self.uses_static = False
+    self._decorated: list[tuple[str, str]] = []
+
+  def _line(self, node) -> int:
+    return self.get_metadata(metadata.PositionProvider, node).start.line
+
+  def _code(self, node) -> str:
+    return cst.Module([]).code_for_node(node)
+
+  def _arguments(self, args, line):
+    """pmap's arguments by name, or None after a `person` finding."""
+    named = {}
+    for i, arg in enumerate(args):
+      if arg.star:
+        self.findings.append(Finding(line, "person", "pmap's arguments "
+                                     "unpacked with */**: cannot read them"))
+        return None
+      key = arg.keyword.value if arg.keyword else (
+          _POSITIONAL[i] if i < len(_POSITIONAL) else None)
+      if key not in _KNOWN:
+        self.findings.append(Finding(line, "person", f"pmap argument "
+                                     f"{key or i} is not one pmap takes"))
+        return None
+      named[key] = arg.value
+    for key, why in _FOR_A_PERSON.items():
+      if key in named:
+        self.findings.append(Finding(line, "person", why))
+        return None
+    return named
+
+  def _port(self, fun_code: str, named, line) -> str | None:
+    """The jit(shard_map(...)) source for pmap(fun, **named), or None."""
+    axis = (self._code(named["axis_name"]) if "axis_name" in named
+            else '"devices"')
+    try:
+      in_axes = _axes_literal(named["in_axes"]) if "in_axes" in named else 0
+      out_axes = (_axes_literal(named["out_axes"]) if "out_axes" in named
+                  else 0)
+    except ValueError as err:
+      self.findings.append(Finding(line, "person", f"in_axes/out_axes: {err}"
+                                   "; the specs must be known here"))
+      return None
+    if isinstance(named.get("axis_name"), cst.SimpleString):
+      self.axes.add(named["axis_name"].evaluated_value)
+    else:
+      self.axes.add("*")  # an expression: any collective may name it
+    static = ()
+    if "static_broadcasted_argnums" in named:
+      try:
+        static = _argnums(named["static_broadcasted_argnums"])
+      except ValueError as err:
+        self.findings.append(Finding(line, "person", (
+            f"static_broadcasted_argnums: {err}; jit needs them here")))
+        return None
+      if isinstance(in_axes, tuple):
+        in_axes = tuple(a for i, a in enumerate(in_axes) if i not in static)
+    mesh = (f"_pmap_mesh({axis}, tuple({self._code(named['devices'])}))"
+            if "devices" in named else f"_pmap_mesh({axis})")
+    donate = (f", donate_argnums={self._code(named['donate_argnums'])}"
+              if "donate_argnums" in named else "")
+    self.changed += 1
+    self.uses_static = self.uses_static or bool(static)
+    self.findings.append(Finding(line, "changed", (
+        f"pmap over {axis} -> jax.jit(jax.shard_map(...)): in_specs "
+        f"{_specs(in_axes, axis)}, out_specs {_specs(out_axes, axis)}, "
+        "check_vma=False (as pmap runs)"
+        + (", donate_argnums kept" if donate else "")
+        + (f", static_broadcasted_argnums {static} as jit's static_argnums"
+           if static else ""))))
+    pad = " " * 4  # LibCST adds the enclosing block's own indentation.
+    if not static:
+      return (f"jax.jit(\n{pad}jax.shard_map(\n"
+              f"{pad}    _pmap_view({fun_code}, in_axes={in_axes!r}, "
+              f"out_axes={out_axes!r}),\n{pad}    mesh={mesh},\n"
+              f"{pad}    in_specs={_specs(in_axes, axis)},\n"
+              f"{pad}    out_specs={_specs(out_axes, axis)},\n"
+              f"{pad}    check_vma=False){donate})")
+    return (f"jax.jit(\n{pad}_pmap_static(\n{pad}    lambda fn: jax.shard_map(\n"
+            f"{pad}        _pmap_view(fn, in_axes={in_axes!r}, "
+            f"out_axes={out_axes!r}),\n{pad}        mesh={mesh},\n"
+            f"{pad}        in_specs={_specs(in_axes, axis)},\n"
+            f"{pad}        out_specs={_specs(out_axes, axis)},\n"
+            f"{pad}        check_vma=False),\n"
+            f"{pad}    {fun_code}, {static!r}),\n"
+            f"{pad}static_argnums={static!r}{donate})")
+
+
+  def leave_Call(self, original, updated):
+    line = self._line(original)
+    name = _dotted(original.func)
+    tail = name.rsplit(".", 1)[-1]
+    if _is_pmap(original.func, self.aliases):
+      named = self._arguments(original.args, line)
+      if named is None or "fun" not in named:
+        if named is not None:
+          self.findings.append(Finding(line, "person", "pmap without a "
+                                       "function to map"))
+        return updated
+      if isinstance(named["fun"], cst.Call) and _is_pmap(
+          named["fun"].func, self.aliases):
+        self.findings.append(Finding(line, "person", "a pmap inside a pmap: "
+                                     "a 2-D mesh (see the ensemble_data port)"))
+        return updated
+      port = self._port(self._code(updated.args[0].value), named, line)
+      return cst.parse_expression(port) if port else updated
+    if tail in _COLLECTIVES and ("lax" in name or name == tail):
+      self._collective(original, tail, line)
+    if (isinstance(original.func, cst.Call)
+        and _is_partial(original.func.func) and original.func.args
+        and _is_pmap(original.func.args[0].value, self.aliases)):
+      named = self._arguments([*original.args, *original.func.args[1:]],
+                              line)
+      port = named and self._port(self._code(updated.args[0].value),
+                                  named, line)
+      return cst.parse_expression(port) if port else updated
+    if name.endswith(("nnx.pmap", "filter_pmap")):
+      self.findings.append(Finding(line, "person", (
+          f"{name}: flax NNX and equinox map their own state; port it to "
+          "nnx.shard_map or eqx.filter_shard_map by hand (the guide's "
+          "examples/nnx_mlp and examples/equinox_mlp)")))
+    if tail in _COLLECTIVES and ("lax" in name or name == tail):
+      self._collective(original, tail, line)
+    if _stacked_call(name, tail):
+      self.findings.append(Finding(line, "kept", f"{name}(...): "
+                                   + _STACKED_CALLS[tail]))
+    return updated
+
+  def _collective(self, call, tail, line):
+    axis = next((a.value for a in call.args
+                 if a.keyword and a.keyword.value == "axis_name"), None)
+    if axis is None and len(call.args) > (0 if tail == "axis_index" else 1):
+      axis = call.args[0 if tail == "axis_index" else 1].value
+    if isinstance(axis, cst.SimpleString):
+      self._collective_axes.append((line, axis.evaluated_value, tail))
+
+  def visit_Module(self, node):
+    self._collective_axes = []
+    return True
+
+  def leave_FunctionDef(self, original, updated):
+    kept, ports = [], []
+    line = self._line(original)
+    for decorator, before in zip(updated.decorators, original.decorators):
+      expr = decorator.decorator
+      line = self._line(before)
+      if _is_pmap(expr, self.aliases):
+        ports.append({})
+      elif (isinstance(expr, cst.Call) and _is_partial(expr.func)
+            and expr.args and _is_pmap(expr.args[0].value, self.aliases)):
+        named = self._arguments(
+            [cst.Arg(cst.Name("_fun")), *expr.args[1:]], line)
+        if named is None:
+          kept.append(decorator)
+          continue
+        ports.append(named)
+      else:
+        kept.append(decorator)
+    if not ports:
+      return updated
+    if len(ports) > 1 or kept:
+      self.findings.append(Finding(line, "person", "a pmap decorator beside "
+                                   "other decorators: their order decides "
+                                   "what is mapped"))
+      return updated
+    name = updated.name.value
+    port = self._port(name, {"fun": cst.Name(name), **ports[0]}, line)
+    if port is None:
+      return updated
+    self._decorated.append((name, port))
+    return cst.FlattenSentinel([
+        updated.with_changes(decorators=[]),
+        cst.parse_statement(f"{name} = {port}\n").with_changes(
+            leading_lines=[cst.EmptyLine()])])
+
+  def leave_Module(self, original, updated):
+    if "*" not in self.axes:
+      for line, axis, tail in self._collective_axes:
+        if axis not in self.axes:
+          self.findings.append(Finding(line, "person", (
+              f"{tail} over {axis!r}, an axis no pmap of this file names: "
+              "give it the mesh axis it runs under")))
+    return updated

@@ -1,0 +1,26 @@
+"""`--prove` can fail: a rewrite planted with a wrong spec fails at step 1
+(the negative control of tests/test_rewrite.py's proof)."""
+
+import pathlib
+
+from compare import rewrite
+from compare._src import port as port_module
+from compare._src import rewrite_proof
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_a_rewrite_with_a_wrong_in_spec_fails_its_proof(tmp_path, capsys):
+  source = ROOT / "examples" / "resnet" / "train_pmap.py"
+  port = tmp_path / "train_port.py"
+  assert rewrite.main([str(source), "-o", str(port)]) == 0
+  # The step's arguments replicated, not split: every device takes device
+  # 0's copy of the state and device 0's slice of the batch.
+  text = port.read_text()
+  assert text.count('in_specs=jax.P("batch")') == 1
+  port.write_text(text.replace('in_specs=jax.P("batch")', "in_specs=jax.P()"))
+  team_port = port_module.load("examples.resnet.prove:port")
+  code = rewrite_proof.prove(team_port, source, port, steps=2)
+  out = capsys.readouterr().out
+  assert code == 1
+  assert "verdict: fail, first at step 1: port vs pmap" in out
