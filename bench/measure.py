@@ -38,6 +38,8 @@ SCRIPTS = {"traps": ["-m", "docs.traps"],
            "many_hosts": ["-m", "bench.many_hosts_runs"],
            "sweep": ["-m", "bench.sweep_runs"],
            "ensemble_runs": ["-m", "bench.ensemble_runs"],
+           # python -m compare.rewrite on a flax-examples-style script.
+           "rewrite": ["-m", "bench.rewrite_runs"],
            # The issue 13 utilisation target's workload: 28x28 inputs.
            "utilisation": ["-m", "compare", "--strategy", "data_parallel",
                            "--dataset", "synthetic:28x28", "--steps", "30",

@@ -286,9 +286,9 @@ def test_a_page_is_a_document_of_its_own(template, output):
 
 
 def test_the_pages_show_their_measured_tables():
-  (_, many_hosts), (_, moving), (_, beyond) = PAGES
-  many_hosts, moving, beyond = ((ROOT / o).read_text()
-                                for o in (many_hosts, moving, beyond))
+  (_, many_hosts), (_, moving), (_, beyond), (_, rewrite) = PAGES
+  many_hosts, moving, beyond, rewrite = (
+      (ROOT / o).read_text() for o in (many_hosts, moving, beyond, rewrite))
   for strategy in ("ensemble_data", "fsdp"):  # each with its own lines
     assert f"(measured/{strategy}.json)" in beyond
   assert "params+opt state per device" in beyond
@@ -297,6 +297,8 @@ def test_the_pages_show_their_measured_tables():
   assert "| strategy | run | 2 × 4 examples/s |" in many_hosts
   assert moving.count("(measured/handover.json)") == 2  # proof and cost
   assert "save blocks the loop, ms (mean)" in moving
+  assert "(APPENDIX.md#src-rewrite)" in rewrite  # its provenance line
+  assert "changed: pmap over" in rewrite and "same output:\nTrue" in rewrite
 
 
 def test_the_appendix_summarises_each_page_and_links_to_it():
