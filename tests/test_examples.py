@@ -12,6 +12,8 @@ import pathlib
 import subprocess
 import sys
 
+import jax
+import numpy as np
 import pytest
 
 import compare
@@ -19,6 +21,8 @@ from compare import testing
 from examples.linear_regression import prove as linear_regression
 from examples.equinox_mlp import prove as equinox_mlp
 from examples.nnx_mlp import prove as nnx_mlp
+from examples.nnx_mlp import train_pmap as nnx_pmap
+from examples.nnx_mlp import train_port as nnx_port
 from examples.optax_tuple import prove as optax_tuple
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -79,3 +83,23 @@ def test_the_plugging_code_is_30_lines_or_fewer(name):
   text = pathlib.Path(module.__file__).read_text(encoding="utf-8")
   body = text.split(f"# region: {region}\n")[1].split("# endregion")[0]
   assert 5 < len(body.strip().splitlines()) <= 30
+
+
+def test_the_guides_nnx_before_and_after_train_alike_on_8_devices():
+  # docs/MIGRATION.md#nnx quotes `p_step` and `make_step`: only summation
+  # order may differ (the harness's proof finds them bitwise).
+  mesh = nnx_port.make_mesh(8)
+  step = nnx_port.make_step(mesh)
+  x, y = nnx_pmap.data(64 * 3)
+  before = after = nnx_pmap.split()[1]
+  after = jax.device_put(after, jax.sharding.NamedSharding(
+      mesh, jax.sharding.PartitionSpec()))
+  for i in range(3):
+    batch = {"x": x[i * 64:(i + 1) * 64], "y": y[i * 64:(i + 1) * 64]}
+    before, _ = nnx_pmap.p_step(before, jax.tree.map(
+        lambda v: v.reshape(8, -1, *v.shape[1:]), batch))
+    after, _ = step(after, jax.device_put(batch, jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec("batch"))))
+  for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6,
+                               atol=1e-7)
