@@ -203,3 +203,35 @@ def test_the_mesh_is_the_devices_pmap_maps_over(tmp_path):
   assert list(mesh.devices.flat) == jax.local_devices()
   assert mesh is module._pmap_mesh("num_devices")  # built once  # pylint: disable=protected-access
   assert np.shape(mesh.devices) == (jax.local_device_count(),)
+
+
+def _train_broadcast(module, steps=3):
+  """examples/optax_tuple's loop: params and opt_state broadcast
+  (`in_axes=None`), each batch stacked per device."""
+  from examples.optax_tuple import train_pmap  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  params, opt_state = train_pmap.init()
+  x, y = train_pmap.data(64 * steps)
+  for i in range(steps):
+    batch = {"x": x[i * 64:(i + 1) * 64].reshape(8, 8, -1),
+             "y": y[i * 64:(i + 1) * 64].reshape(8, 8)}
+    params, opt_state, _ = module.p_step(params, opt_state, batch)
+  return jax.tree.leaves(jax.device_get((params, opt_state)))
+
+
+def test_the_new_pmap_style_is_rewritten_and_trains_bitwise(tmp_path):
+  # `in_axes=(None, None, 0), out_axes=(None, None, 0)`: the state P().
+  from examples.optax_tuple import train_pmap  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  port = tmp_path / "optax_port.py"
+  assert rewrite.main([str(ROOT / "examples/optax_tuple/train_pmap.py"),
+                       "-o", str(port)]) == 0
+  text = port.read_text()
+  assert "in_specs=(jax.P(), jax.P(), jax.P(\"batch\"))" in text
+  want = _train_broadcast(train_pmap)
+  for got, expected in zip(_train_broadcast(_load(port)), want):
+    np.testing.assert_array_equal(got, expected)
+  # Negative control: check_vma=True sums each broadcast parameter's
+  # gradient over the devices before the step's own pmean (the trap).
+  trapped = tmp_path / "trapped.py"
+  trapped.write_text(text.replace("check_vma=False", "check_vma=True"))
+  assert any(not np.array_equal(a, b) for a, b in
+             zip(_train_broadcast(_load(trapped)), want))
