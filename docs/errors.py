@@ -268,6 +268,16 @@ def _scan_carry_vma():
                         out_specs=P("data")))(np.ones((4 * N, 2), np.float32))
 
 
+def _closure_over_explicit():
+  # A step that closes over a weight sharded on an Explicit mesh.
+  mesh = _explicit_mesh()
+  sharding = jax.sharding.NamedSharding(mesh, P("data"))
+  weights = jax.device_put(np.arange(16, dtype=np.float32), sharding)
+  jax.jit(jax.shard_map(lambda a: a * weights, mesh=mesh, in_specs=P("data"),
+                        out_specs=P("data")))(
+                            jax.device_put(np.ones(16, np.float32), sharding))
+
+
 def _unbound_axis():
   # A step written for `jax.pmap(step, axis_name='batch')`, run under jit.
   def mean_over_devices(grads):
@@ -319,6 +329,9 @@ CASES = (
     Case("unbound-axis", "`lax.psum(x, 'batch')` in a function run by "
          "`jax.jit` (no pmap or shard_map binds `'batch'`)", "#unbound-axis",
          _unbound_axis),
+    Case("closure-explicit", "a `shard_map` body that closes over an "
+         "array sharded on an Explicit mesh (pass it as an argument)",
+         "#idiom-map", _closure_over_explicit),
     Case("non-addressable-fetch", "`jax.device_get(x)` (or `np.asarray(x)`) "
          "of an array over several processes' devices (2 processes)",
          "#cheap-fetch", errors_processes.fetch_across_processes, processes=2),
