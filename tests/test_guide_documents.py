@@ -286,7 +286,7 @@ def test_a_page_is_a_document_of_its_own(template, output):
 
 
 def test_the_pages_show_their_measured_tables():
-  (_, many_hosts), (_, moving), (_, beyond), (_, rewrite) = PAGES
+  (_, many_hosts), (_, moving), (_, beyond), (_, rewrite), _ = PAGES
   many_hosts, moving, beyond, rewrite = (
       (ROOT / o).read_text() for o in (many_hosts, moving, beyond, rewrite))
   for strategy in ("ensemble_data", "fsdp"):  # each with its own lines

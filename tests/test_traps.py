@@ -30,6 +30,7 @@ def _load(name):
 traps = _load("traps")
 compiler = traps.traps_compiler
 idioms = _load("idioms")
+ragged_eval = _load("ragged_eval")
 
 
 def _allclose(a, b, rtol=1e-5, atol=1e-6):
@@ -206,3 +207,13 @@ def test_the_ports_avoid_the_traps_the_guide_shows(digits):
       # moved data (the reshape trap) would add all-gathers.
       assert run.collectives["all-reduce"] == 1, (module.__name__, variant)
       assert run.collectives["all-gather"] == 0, (module.__name__, variant)
+
+
+def test_a_ragged_eval_batch_is_padded_and_cut_alike():
+  # 37 rows on 8 devices: flax's pad_shard_unpad around pmap, and the
+  # mesh's own padding (docs/MORE-IDIOMS.md#ragged-eval), give one device's
+  # logits for every row and no more.
+  before, after, one = ragged_eval.ragged_predictions(rows=37)
+  assert before.shape == after.shape == one.shape == (37, 3)
+  np.testing.assert_allclose(after, one, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(before, one, rtol=1e-6, atol=1e-6)
