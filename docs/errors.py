@@ -278,6 +278,28 @@ def _closure_over_explicit():
                             jax.device_put(np.ones(16, np.float32), sharding))
 
 
+def _carry_mesh_call(body):
+  mesh = jax.make_mesh((N,), ("data",), axis_types=(AxisType.Auto,))
+  jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("data"),
+                        out_specs=P("data")))(np.ones((4 * N, 2), np.float32))
+
+
+def _fori_carry_vma():  # the carry starts replicated, then adds this device's
+  _carry_mesh_call(lambda xs: lax.fori_loop(
+      0, 4, lambda i, acc: acc + xs[i], jnp.zeros(2)))
+
+
+def _while_carry_vma():
+  _carry_mesh_call(lambda xs: lax.while_loop(
+      lambda c: c[0] < 4, lambda c: (c[0] + 1, c[1] + xs[c[0]]),
+      (0, jnp.zeros(2)))[1])
+
+
+def _cond_branches_vma():  # one branch per-device, the other replicated
+  _carry_mesh_call(lambda xs: lax.cond(
+      xs[0, 0] > 0, lambda: xs.sum(0), lambda: jnp.zeros(2)))
+
+
 def _unbound_axis():
   # A step written for `jax.pmap(step, axis_name='batch')`, run under jit.
   def mean_over_devices(grads):
@@ -326,6 +348,15 @@ CASES = (
     Case("scan-carry-vma", "a `lax.scan` in `shard_map` whose carry starts "
          "replicated (`jnp.zeros`) and adds each device's values",
          "#scan-carry-vma", _scan_carry_vma),
+    Case("fori-carry-vma", "a `lax.fori_loop` in `shard_map` whose carry "
+         "starts replicated and adds each device's values", "#scan-carry-vma",
+         _fori_carry_vma),
+    Case("while-carry-vma", "a `lax.while_loop` in `shard_map` whose carry "
+         "starts replicated and adds each device's values", "#scan-carry-vma",
+         _while_carry_vma),
+    Case("cond-branches-vma", "a `lax.cond` in `shard_map` with one branch "
+         "per-device and the other replicated (`jnp.zeros`)",
+         "#scan-carry-vma", _cond_branches_vma),
     Case("unbound-axis", "`lax.psum(x, 'batch')` in a function run by "
          "`jax.jit` (no pmap or shard_map binds `'batch'`)", "#unbound-axis",
          _unbound_axis),
