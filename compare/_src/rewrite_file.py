@@ -44,7 +44,7 @@ def _pmap_aliases(module) -> set[str]:
       continue
     for small in statement.body:
       if (isinstance(small, cst.ImportFrom) and small.module is not None
-          and rewrite_pmap._dotted(small.module) == "jax"  # pylint: disable=protected-access
+          and rewrite_pmap.dotted(small.module) == "jax"
           and not isinstance(small.names, cst.ImportStar)):
         for alias in small.names:
           if alias.name.value == "pmap":
@@ -62,7 +62,7 @@ class _References(cst.CSTVisitor):
     self.aliases, self.lines = aliases, []
 
   def _add(self, node):
-    if rewrite_pmap._is_pmap(node, self.aliases):  # pylint: disable=protected-access
+    if rewrite_pmap.is_pmap(node, self.aliases):
       self.lines.append(
           self.get_metadata(metadata.PositionProvider, node).start.line)
 

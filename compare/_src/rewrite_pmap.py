@@ -70,18 +70,18 @@ class Finding:
   text: str
 
 
-def _dotted(node) -> str:
+def dotted(node) -> str:
   """`jax.lax.pmean` for the expression `jax.lax.pmean`, else ""."""
   if isinstance(node, cst.Name):
     return node.value
   if isinstance(node, cst.Attribute):
-    head = _dotted(node.value)
+    head = dotted(node.value)
     return f"{head}.{node.attr.value}" if head else ""
   return ""
 
 
-def _is_pmap(node, aliases) -> bool:
-  name = _dotted(node)
+def is_pmap(node, aliases) -> bool:
+  name = dotted(node)
   return name in aliases or name == "jax.pmap"
 
 
@@ -94,7 +94,7 @@ def _stacked_call(name: str, tail: str) -> bool:
 
 
 def _is_partial(node) -> bool:
-  return _dotted(node) in ("functools.partial", "partial")
+  return dotted(node) in ("functools.partial", "partial")
 
 
 def _axes_literal(node):
@@ -219,7 +219,8 @@ class PmapRewriter(cst.CSTTransformer):
               f"{pad}    in_specs={_specs(in_axes, axis)},\n"
               f"{pad}    out_specs={_specs(out_axes, axis)},\n"
               f"{pad}    check_vma=False){donate})")
-    return (f"jax.jit(\n{pad}_pmap_static(\n{pad}    lambda fn: jax.shard_map(\n"
+    return (f"jax.jit(\n{pad}_pmap_static(\n"
+            f"{pad}    lambda fn: jax.shard_map(\n"
             f"{pad}        _pmap_view(fn, in_axes={in_axes!r}, "
             f"out_axes={out_axes!r}),\n{pad}        mesh={mesh},\n"
             f"{pad}        in_specs={_specs(in_axes, axis)},\n"
@@ -231,19 +232,20 @@ class PmapRewriter(cst.CSTTransformer):
 
   def leave_Call(self, original, updated):
     line = self._line(original)
-    name = _dotted(original.func)
+    name = dotted(original.func)
     tail = name.rsplit(".", 1)[-1]
-    if _is_pmap(original.func, self.aliases):
+    if is_pmap(original.func, self.aliases):
       named = self._arguments(original.args, line)
       if named is None or "fun" not in named:
         if named is not None:
           self.findings.append(Finding(line, "person", "pmap without a "
                                        "function to map"))
         return updated
-      if isinstance(named["fun"], cst.Call) and _is_pmap(
+      if isinstance(named["fun"], cst.Call) and is_pmap(
           named["fun"].func, self.aliases):
-        self.findings.append(Finding(line, "person", "a pmap inside a pmap: "
-                                     "a 2-D mesh (see the ensemble_data port)"))
+        self.findings.append(Finding(
+            line, "person",
+            "a pmap inside a pmap: a 2-D mesh (docs/MIGRATION.md#nested-pmap)"))
         return updated
       port = self._port(self._code(updated.args[0].value), named, line)
       return cst.parse_expression(port) if port else updated
@@ -251,7 +253,7 @@ class PmapRewriter(cst.CSTTransformer):
       self._collective(original, tail, line)
     if (isinstance(original.func, cst.Call)
         and _is_partial(original.func.func) and original.func.args
-        and _is_pmap(original.func.args[0].value, self.aliases)):
+        and is_pmap(original.func.args[0].value, self.aliases)):
       named = self._arguments([*original.args, *original.func.args[1:]],
                               line)
       port = named and self._port(self._code(updated.args[0].value),
@@ -287,10 +289,10 @@ class PmapRewriter(cst.CSTTransformer):
     for decorator, before in zip(updated.decorators, original.decorators):
       expr = decorator.decorator
       line = self._line(before)
-      if _is_pmap(expr, self.aliases):
+      if is_pmap(expr, self.aliases):
         ports.append({})
       elif (isinstance(expr, cst.Call) and _is_partial(expr.func)
-            and expr.args and _is_pmap(expr.args[0].value, self.aliases)):
+            and expr.args and is_pmap(expr.args[0].value, self.aliases)):
         named = self._arguments(
             [cst.Arg(cst.Name("_fun")), *expr.args[1:]], line)
         if named is None:

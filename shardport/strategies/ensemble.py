@@ -71,8 +71,8 @@ class Reference:
     del config, placement
 
     def apply_model(state, batch):
-      (loss, logits), grads = jax.value_and_grad(ensemble.loss_fn, has_aux=True)(
-          state.params, batch)
+      (loss, logits), grads = jax.value_and_grad(
+          ensemble.loss_fn, has_aux=True)(state.params, batch)
       return grads, loss, jax.nn.softmax(logits)
 
     def update_model(state, grads):
@@ -113,8 +113,8 @@ class Reference:
 
   @staticmethod
   def to_host(state):
-    """The whole train state as numpy (`shardport.workloads.canonical.fields`), members
-    stacked on a leading axis."""
+    """The whole train state as numpy (`shardport.workloads.canonical
+    .fields`), members stacked on a leading axis."""
     members = jax.device_get([canonical.fields(s) for s in state])
     return jax.tree.map(lambda *xs: np.stack(xs), *members)
 
