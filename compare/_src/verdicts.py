@@ -124,10 +124,15 @@ def _excused(checks, a, b, over, witnessed):
 
 
 # A metric of one step from the same state (a loss, a learning rate, a norm)
-# differs only in summation order: a few float32 roundings of itself, and a
-# ReLU flip moves no loss (ReLU is continuous). A metric reported wrong moves
-# far more: one device's loss x 1.01 in 8 moves their mean by 1.25e-3.
-METRIC_RTOL = 1e-5
+# differs only by rounding, and a ReLU flip moves no loss (ReLU is
+# continuous). But rounding grows relative to a loss as the loss shrinks:
+# each example's logits differ by ulps between programs of other shapes,
+# and a late, small loss is made of small terms. Measured: 1.13e-5 between
+# pmap and the one-device reference at step 633 of data_parallel on digits
+# over 1000 steps (the calibration's reordered rows move it far less, so
+# its band does not see it). A metric reported wrong moves far more: one
+# device's loss x 1.01 in 8 moves their mean by 1.25e-3, 12.5x this bound.
+METRIC_RTOL = 1e-4
 
 
 def _step_metric(checks, key, gap):
