@@ -38,6 +38,8 @@ SCRIPTS = {"traps": ["-m", "docs.traps"],
            "many_hosts": ["-m", "bench.many_hosts_runs"],
            "sweep": ["-m", "bench.sweep_runs"],
            "ensemble_runs": ["-m", "bench.ensemble_runs"],
+           # The jit ports before and after their fixes (issue 32).
+           "jit_ports": ["-m", "bench.jit_ports"],
            # python -m compare.rewrite on a flax-examples-style script.
            "rewrite": ["-m", "bench.rewrite_runs"],
            # The issue 13 utilisation target's workload: 28x28 inputs.

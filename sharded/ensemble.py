@@ -6,8 +6,10 @@ its own key, stacked on a leading axis split over the mesh's `ensemble` axis
 Every member trains on the same replicated batch with its own loss and
 gradients; the ensemble predicts with the mean of its members' softmax
 probabilities, a `lax.pmean` over the devices.
-Plain `jit(vmap(...))` over the stacked members is not used: it all-gathers
-them (docs/ensemble-notes.md).
+Plain `jit(vmap(...))` over the stacked members is not the port: it
+all-gathers them (docs/ensemble-notes.md). It is kept, with the CNN's
+hidden convolution as an einsum that XLA splits over the members instead, to
+measure (bench/jit_ports.py).
 """
 
 import functools
@@ -15,13 +17,18 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from sharded import devices
 from shardport.workloads import canonical
 from shardport.workloads import ensemble
 
-VARIANTS = ("shard_map",)
+# The members-stacked jit steps, measured by bench/jit_ports.py; no strategy
+# runs them. "jit_grouped_conv" all-gathers the members' convolutions;
+# "jit_einsum_conv" does not, but rounds the forward pass otherwise, and the
+# lockstep verdict fails it at a ReLU flip (docs/performance-notes.md).
+VARIANTS = ("shard_map", "jit_grouped_conv", "jit_einsum_conv")
 make_placement = devices.ensemble_placement
 # put_batch takes the whole global batch, the same in every process: every
 # member trains on all of it.
@@ -137,6 +144,26 @@ def make_train_step(config, placement, variant="shard_map"):
     grads, metrics = apply_model(state, batch)
     return update_model(state, grads), metrics
 
+  def global_train_step(state, batch):
+    # The members stacked (vmapped) and split over the mesh, the batch
+    # replicated: the compiler places the collectives. The members' batched
+    # sums round otherwise than one member's program (close, not bitwise).
+    loss_fn = (ensemble.stackable_loss_fn if variant == "jit_einsum_conv"
+               else ensemble.loss_fn)
+    (loss, logits), grads = jax.vmap(
+        jax.value_and_grad(loss_fn, has_aux=True),
+        in_axes=(0, None))(state.params, batch)
+    state = jax.vmap(lambda member, g: member.apply_gradients(grads=g))(
+        state, grads)
+    probs = jax.nn.softmax(logits).mean(0)
+    return state, {"member_loss": loss,
+                   "accuracy": ensemble.accuracy(probs, batch["targets"])}
+
+  if variant.startswith("jit"):
+    members = NamedSharding(placement, _MEMBERS)
+    return jax.jit(global_train_step, out_shardings=(members, {
+        "member_loss": members,
+        "accuracy": NamedSharding(placement, _REPLICATED)}), donate_argnums=0)
   # One executable for both shard_maps, where the classic program (and the
   # pmap backend) dispatches its two pmaps one after the other: the same math,
   # and one program for the compare harness to count collectives in.

@@ -22,7 +22,11 @@ from sharded import devices
 from shardport.workloads import canonical
 from shardport.workloads import ensemble
 
-VARIANTS = ("shard_map", "jit")
+# "jit_einsum_conv": the jit port with the CNN's hidden convolution as an
+# einsum, which XLA splits over `members` with no all-gather; no strategy
+# runs it: it rounds the forward pass otherwise, and the lockstep verdict
+# fails it at a ReLU flip (docs/performance-notes.md, bench/jit_ports.py).
+VARIANTS = ("shard_map", "jit", "jit_einsum_conv")
 make_placement = devices.placement
 # put_batch takes the whole global batch, the same in every process: every
 # member trains on all of it.
@@ -112,13 +116,17 @@ def make_train_step(config, placement, variant="shard_map"):
 
   def global_train_step(state, batch):
     # The members stacked (vmapped), their batch split over `data`: the
-    # compiler places the collectives. It gathers the members' batched
-    # convolutions across the mesh (9 all-gathers a step on XLA:CPU, ~8x
-    # slower than shard_map; `spmd_axis_name` changes none of it), as it
-    # does for the ensemble's jit(vmap) (docs/ensemble-notes.md).
+    # compiler places the collectives. vmapped, `lax.conv` over the members'
+    # kernels is a grouped convolution, which it gathers across the mesh (9
+    # all-gathers a step on XLA:CPU, ~8x slower than shard_map;
+    # `spmd_axis_name` changes none of it). As an einsum
+    # ("jit_einsum_conv") it is a batched matmul split over `members`
+    # (docs/performance-notes.md).
     batch = lax.with_sharding_constraint(batch, NamedSharding(mesh, _DATA))
+    loss_fn = (ensemble.stackable_loss_fn if variant == "jit_einsum_conv"
+               else ensemble.loss_fn)
     (loss, logits), grads = jax.vmap(
-        jax.value_and_grad(ensemble.loss_fn, has_aux=True),
+        jax.value_and_grad(loss_fn, has_aux=True),
         in_axes=(0, None))(state.params, batch)
     state = jax.vmap(lambda member, g: member.apply_gradients(grads=g))(
         state, grads)
@@ -127,7 +135,7 @@ def make_train_step(config, placement, variant="shard_map"):
                    "accuracy": ensemble.accuracy(probs, batch["targets"])}
 
   members = NamedSharding(mesh, _MEMBERS)
-  if variant == "jit":
+  if variant.startswith("jit"):
     return jax.jit(global_train_step, out_shardings=(members, {
         "member_loss": members,
         "accuracy": NamedSharding(mesh, _REPLICATED)}), donate_argnums=0)

@@ -24,7 +24,10 @@ from shardport.workloads import canonical
 from shardport.strategies import fsdp
 from shardport.workloads import registry
 
-VARIANTS = ("shard_map", "jit")
+# "jit_unconstrained": the jit port before its fix (no constraint on the
+# params or the gradient), kept to measure against (bench/jit_ports.py); no
+# strategy runs it.
+VARIANTS = ("shard_map", "jit", "jit_unconstrained")
 PROCESS_LOCAL_BATCH = True
 BACKEND = devices.BACKEND
 STEP_TAKES_HOST_LOCAL = devices.STEP_TAKES_HOST_LOCAL
@@ -71,8 +74,21 @@ def make_train_step(config, placement, variant="shard_map"):
     return state.apply_gradients(grads=grads), {"loss": loss}
 
   def global_train_step(state, batch):
-    # data_parallel's global step; the state's shardings make it fsdp.
-    loss, grads = jax.value_and_grad(workload.loss)(state.params, batch, n)
+    # data_parallel's global step; the state's shardings make it fsdp. The
+    # params are gathered once, before the forward pass, and the gradient
+    # comes back in their sharding: unconstrained, XLA gathers them again
+    # for the backward pass and all-to-alls activations
+    # (docs/performance-notes.md).
+    params = state.params
+    if variant == "jit":
+      specs = _state_specs(params, n)
+      params = lax.with_sharding_constraint(
+          params, jax.tree.map(lambda _: NamedSharding(placement, P()),
+                               params))
+    loss, grads = jax.value_and_grad(workload.loss)(params, batch, n)
+    if variant == "jit":
+      grads = lax.with_sharding_constraint(grads, jax.tree.map(
+          lambda s: NamedSharding(placement, s), specs))
     state = state.apply_gradients(grads=grads)
     return lax.with_sharding_constraint(state, jax.tree.map(
         lambda s: NamedSharding(placement, s), _state_specs(state, n))), {
@@ -90,7 +106,7 @@ def make_train_step(config, placement, variant="shard_map"):
                          in_specs=(specs, P(devices.AXIS)),
                          out_specs=(specs, P()), check_vma=False)(state, batch)
 
-  return jax.jit(global_train_step if variant == "jit" else sharded_step,
+  return jax.jit(sharded_step if variant == "shard_map" else global_train_step,
                  donate_argnums=0)
 # endregion
 

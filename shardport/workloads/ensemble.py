@@ -13,6 +13,10 @@ from shardport.workloads import cnn
 from shardport.workloads import configs
 
 _CNN = cnn.CNN()
+# The same CNN, its convolution of activations an einsum over shifted
+# windows: vmapped over stacked members, a batched matmul the partitioner
+# splits over the member axis (for the members-stacked jit ports).
+_STACKABLE_CNN = cnn.CNN(hidden_conv=cnn.shifted_window_conv)
 
 
 def check_members(members: int, n_devices: int,
@@ -76,6 +80,14 @@ def create_train_state(rng, learning_rate, momentum, input_shape):
 def loss_fn(params, batch):
   """Mean softmax cross entropy of one member, with its logits as aux."""
   logits = _CNN.apply({"params": params}, batch["inputs"])
+  return cnn.cross_entropy_mean(logits, batch["targets"]), logits
+
+
+def stackable_loss_fn(params, batch):
+  """`loss_fn` with the CNN's hidden convolution an einsum (`_STACKABLE_CNN`):
+  the same params and, up to rounding, the same loss and logits, for
+  `jax.vmap` over members sharded across a mesh."""
+  logits = _STACKABLE_CNN.apply({"params": params}, batch["inputs"])
   return cnn.cross_entropy_mean(logits, batch["targets"]), logits
 
 

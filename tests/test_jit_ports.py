@@ -1,0 +1,108 @@
+"""Where a jit port places its collectives as the shard_map port does.
+
+fsdp's jit port gathers each split parameter once and all-to-alls nothing.
+The members-stacked jit steps (ensemble, ensemble_data) with the CNN's
+hidden convolution as an einsum over shifted windows gather nothing: the
+partitioner splits the batched matmul over the member axis. Each moves at
+most 1.1x shard_map's collective bytes a step (issue 32's bound). The same
+steps before the fix, kept as variants, fail the check: the negative
+controls. Structure only: speed is measured by `python -m compare` and
+bench/jit_ports.py.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from compare._src import hlo
+from shardport.workloads import batches
+from shardport.workloads import cnn
+from shardport.workloads import configs
+from sharded import ensemble as port_ensemble
+from sharded import ensemble_data as port_ensemble_data
+from sharded import fsdp as port_fsdp
+
+SHAPE = (8, 8, 1)
+# name -> (module, (before the fix, after), config)
+PORTS = {
+    "ensemble": (port_ensemble, ("jit_grouped_conv", "jit_einsum_conv"),
+                 configs.EnsembleConfig(members=8, global_batch=64,
+                                        input_shape=SHAPE)),
+    "ensemble_data": (port_ensemble_data, ("jit", "jit_einsum_conv"),
+                      configs.EnsembleDataConfig(members=2, global_batch=64,
+                                                 input_shape=SHAPE)),
+    "fsdp": (port_fsdp, ("jit_unconstrained", "jit"),
+             configs.TrainConfig(global_batch=64, input_shape=SHAPE)),
+}
+
+
+def _executed(name, variant, digits):
+  module, _, config = PORTS[name]
+  placement = module.make_placement(8)
+  state = module.create_state(0, config, placement)
+  batch = module.put_batch(next(batches.train_batches(
+      digits, 0, config.global_batch, 1)), placement)
+  step = module.make_train_step(config, placement, variant)
+  return hlo.executed(step.lower(state, batch).compile().as_text())
+
+
+def _placed_like_shard_map(name, variant, digits):
+  """Why `variant` places its collectives otherwise than shard_map, or ''."""
+  port = _executed(name, variant, digits)
+  shard_map = _executed(name, "shard_map", digits)
+  ratio = (sum(port.collective_bytes.values()) /
+           sum(shard_map.collective_bytes.values()))
+  if ratio > 1.1:
+    return f"{ratio:.2f}x shard_map's collective bytes"
+  if port.collectives["all-to-all"]:
+    return "an all-to-all"
+  if port.collectives["all-gather"] > shard_map.collectives["all-gather"]:
+    return (f"{port.collectives['all-gather']} all-gathers against "
+            f"{shard_map.collectives['all-gather']}")
+  return ""
+
+
+@pytest.mark.parametrize("name", sorted(PORTS))
+def test_the_fixed_jit_step_places_its_collectives_as_shard_map(name,
+                                                                 digits):
+  after = PORTS[name][1][1]
+  assert _placed_like_shard_map(name, after, digits) == ""
+
+
+@pytest.mark.parametrize("name", sorted(PORTS))
+def test_the_jit_step_before_its_fix_fails_the_check(name, digits):
+  before = PORTS[name][1][0]
+  assert _placed_like_shard_map(name, before, digits) != ""
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID", ((1, 0), (0, 2))])
+def test_shifted_window_conv_is_the_convolution_to_rounding(padding):
+  rng = np.random.default_rng(0)
+  lhs = rng.normal(size=(4, 9, 7, 3)).astype(np.float32)
+  rhs = rng.normal(size=(3, 3, 3, 5)).astype(np.float32)
+  expected = jax.lax.conv_general_dilated(
+      lhs, rhs, (1, 1), padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  got = cnn.shifted_window_conv(lhs, rhs, (1, 1), padding)
+  assert got.shape == expected.shape
+  np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+  # Negative control: the kernel flipped is another convolution.
+  assert not np.allclose(
+      cnn.shifted_window_conv(lhs, rhs[::-1], (1, 1), padding), expected,
+      atol=1e-3)
+  with pytest.raises(ValueError, match="stride 1"):
+    cnn.shifted_window_conv(lhs, rhs, (2, 2), padding)
+
+
+def test_the_cnn_with_shifted_window_convs_takes_the_same_params():
+  images = jnp.asarray(np.random.default_rng(1).normal(
+      size=(2, *SHAPE)).astype(np.float32))
+  params = cnn.CNN().init(jax.random.key(0), images)
+  stackable = cnn.CNN(hidden_conv=cnn.shifted_window_conv)
+  assert (jax.tree.structure(stackable.init(jax.random.key(0), images)) ==
+          jax.tree.structure(params))
+  np.testing.assert_allclose(stackable.apply(params, images),
+                             cnn.CNN().apply(params, images),
+                             rtol=1e-5, atol=1e-5)
+  assert isinstance(stackable, nn.Module)
