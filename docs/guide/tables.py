@@ -209,8 +209,7 @@ def errors_table(root):
                  f"{quoted(entry.message)} (as [`{entry.source}`]"
                  f"({_from_docs(entry.source)}) records it; not rerun: "
                  f"{entry.why})", f"[fix]({entry.fix})"])
-  return (f"What jax {record['jax_version']} prints, first line, recorded by "
-          f"`python -m docs.build_guide --measure errors` "
+  return (f"What jax {record['jax_version']} prints, first line "
           f"([`{MEASURED}/errors.json`](measured/errors.json)), except where "
           "a row says otherwise:\n\n"
           + markdown_table(["what you wrote", "what JAX prints", "fix"],
