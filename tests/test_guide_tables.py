@@ -152,8 +152,7 @@ def test_the_provenance_line_names_each_file_once_and_links_its_entry():
   assert figures.note(["data_parallel", "traps", "data_parallel"], found,
                       "APPENDIX.md") == (
       "*Measured: [data_parallel](APPENDIX.md#src-data-parallel), "
-      "[traps](APPENDIX.md#src-traps) (8 emulated CPU devices; what ran, "
-      "when, and how to measure again: see each).*")
+      "[traps](APPENDIX.md#src-traps) (8 emulated CPU devices).*")
   assert figures.note(["gpu"], found) == (
       "*Measured: [gpu](#src-gpu) (1 GPU device; what ran, when, and how "
       "to measure again: see it).*")

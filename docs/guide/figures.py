@@ -266,13 +266,17 @@ NOTE = "*Measured: "  # how every provenance line starts
 def note(names, found, where=""):
   """One provenance line: each measurement file in `names` once, linked to
   its entry in the list of sources (`where`: the document holding it, as
-  linked from the note's document; "" when it is the same)."""
+  linked from the note's document; "" when it is the same). Only the list's
+  own document says what its entries hold (what ran, when, and how to
+  measure again): the guide's other pages, the core first, link to it."""
   names = list(dict.fromkeys(names))
   links = ", ".join(f"[{name}]({where}#{anchor(name)})" for name in names)
   devices = {found[name].devices() for name in names}
-  ran = f"{devices.pop()}; " if len(devices) == 1 and None not in devices \
-      else ""
+  ran = devices.pop() if len(devices) == 1 and None not in devices else ""
+  if where:
+    return f"{NOTE}{links}{f' ({ran})' if ran else ''}.*"
   see = "see each" if len(names) > 1 else "see it"
+  ran = f"{ran}; " if ran else ""
   return (f"{NOTE}{links} ({ran}what ran, when, and how to measure again: "
           f"{see}).*")
 
