@@ -57,6 +57,9 @@ def test_a_late_mistake_in_the_examples_port_fails_at_its_step(name, step):
                         control=f"update-1pct-at:{step}")
   assert proof.exit_code == 1
   assert proof.first_failure.startswith(f"first at step {step}: port vs pmap")
+  # The 1% on the floats fails it, not a counter the plant turned float
+  # (optax's `count`, NNX's `step`: "infx ... at .count" before the fix).
+  assert "infx" not in proof.first_failure, proof.first_failure
 
 
 def _from_the_command_line(spec):

@@ -187,7 +187,10 @@ def _optimizer_step_about_to_run(state) -> int:
 def _update_scaler(factor, member):
   """`(before, after) -> params` with `after - before` scaled by `factor`,
   only for ensemble member `member` where it is not None; compiled once
-  per layout, keeping every leaf's sharding."""
+  per layout, keeping every leaf's sharding. Only floating leaves are
+  scaled: a team's state may hold counters among its params (optax's
+  `count`, NNX's `step`), and a counter x 1.01 turns float, which fails
+  the check by its dtype and not by the 1% it exists to plant."""
   compiled = {}
 
   def scale(before, after):
@@ -196,6 +199,8 @@ def _update_scaler(factor, member):
     if key not in compiled:
       def scaled(b, a):
         def leaf(x, y):
+          if not jnp.issubdtype(y.dtype, jnp.floating):
+            return y
           weight = factor
           if member is not None:
             rows = jnp.arange(y.shape[0]) == member
