@@ -27,7 +27,7 @@ from shardport.workloads import ensemble
 # The members-stacked jit steps, measured by bench/jit_ports.py; no strategy
 # runs them. "jit_grouped_conv" all-gathers the members' convolutions;
 # "jit_einsum_conv" does not, but rounds the forward pass otherwise, and the
-# lockstep verdict fails it at a ReLU flip (docs/performance-notes.md).
+# lockstep verdict fails it at a ReLU flip (docs/jax-facts.md).
 VARIANTS = ("shard_map", "jit_grouped_conv", "jit_einsum_conv")
 make_placement = devices.ensemble_placement
 # put_batch takes the whole global batch, the same in every process: every
@@ -148,16 +148,8 @@ def make_train_step(config, placement, variant="shard_map"):
     # The members stacked (vmapped) and split over the mesh, the batch
     # replicated: the compiler places the collectives. The members' batched
     # sums round otherwise than one member's program (close, not bitwise).
-    loss_fn = (ensemble.stackable_loss_fn if variant == "jit_einsum_conv"
-               else ensemble.loss_fn)
-    (loss, logits), grads = jax.vmap(
-        jax.value_and_grad(loss_fn, has_aux=True),
-        in_axes=(0, None))(state.params, batch)
-    state = jax.vmap(lambda member, g: member.apply_gradients(grads=g))(
-        state, grads)
-    probs = jax.nn.softmax(logits).mean(0)
-    return state, {"member_loss": loss,
-                   "accuracy": ensemble.accuracy(probs, batch["targets"])}
+    return ensemble.stacked_train_step(
+        state, batch, stackable=variant == "jit_einsum_conv")
 
   if variant.startswith("jit"):
     members = NamedSharding(placement, _MEMBERS)

@@ -25,7 +25,7 @@ from shardport.workloads import ensemble
 # "jit_einsum_conv": the jit port with the CNN's hidden convolution as an
 # einsum, which XLA splits over `members` with no all-gather; no strategy
 # runs it: it rounds the forward pass otherwise, and the lockstep verdict
-# fails it at a ReLU flip (docs/performance-notes.md, bench/jit_ports.py).
+# fails it at a ReLU flip (docs/jax-facts.md, bench/jit_ports.py).
 VARIANTS = ("shard_map", "jit", "jit_einsum_conv")
 make_placement = devices.placement
 # put_batch takes the whole global batch, the same in every process: every
@@ -121,18 +121,10 @@ def make_train_step(config, placement, variant="shard_map"):
     # all-gathers a step on XLA:CPU, ~8x slower than shard_map;
     # `spmd_axis_name` changes none of it). As an einsum
     # ("jit_einsum_conv") it is a batched matmul split over `members`
-    # (docs/performance-notes.md).
+    # (docs/jax-facts.md).
     batch = lax.with_sharding_constraint(batch, NamedSharding(mesh, _DATA))
-    loss_fn = (ensemble.stackable_loss_fn if variant == "jit_einsum_conv"
-               else ensemble.loss_fn)
-    (loss, logits), grads = jax.vmap(
-        jax.value_and_grad(loss_fn, has_aux=True),
-        in_axes=(0, None))(state.params, batch)
-    state = jax.vmap(lambda member, g: member.apply_gradients(grads=g))(
-        state, grads)
-    probs = jax.nn.softmax(logits).mean(0)
-    return state, {"member_loss": loss,
-                   "accuracy": ensemble.accuracy(probs, batch["targets"])}
+    return ensemble.stacked_train_step(
+        state, batch, stackable=variant == "jit_einsum_conv")
 
   members = NamedSharding(mesh, _MEMBERS)
   if variant.startswith("jit"):

@@ -78,7 +78,7 @@ def make_train_step(config, placement, variant="shard_map"):
     # params are gathered once, before the forward pass, and the gradient
     # comes back in their sharding: unconstrained, XLA gathers them again
     # for the backward pass and all-to-alls activations
-    # (docs/performance-notes.md).
+    # (docs/jax-facts.md).
     params = state.params
     if variant == "jit":
       specs = _state_specs(params, n)

@@ -61,7 +61,7 @@ def shifted_window_conv(lhs, rhs, window_strides, padding, **unused):
   this is a batched matmul, which XLA's partitioner splits over a member
   axis of the mesh with no collective; `lax.conv_general_dilated` vmapped
   over a kernel becomes a grouped convolution, which it gathers across the
-  mesh instead (docs/performance-notes.md). The float32 sums run in another
+  mesh instead (docs/jax-facts.md). The float32 sums run in another
   order than the convolution's: the two differ by rounding.
 
   Args:
