@@ -28,8 +28,12 @@ def header(report: dict) -> str:
              if report.get("negative_control") else ""))
 
 
+# "coll KiB": every collective's bytes one step moves, each at the
+# unsharded size it works on (`compare._src.hlo`): where a jit port places
+# more than its shard_map twin, this column shows it.
 COLUMNS = ("run", "examples/s", "spread (min-max)", "% peak", "compile s",
-           "final loss", "test acc", "all-reduce", "all-gather", "temp MiB")
+           "final loss", "test acc", "all-reduce", "all-gather", "coll KiB",
+           "temp MiB")
 
 
 def run_rows(report: dict) -> list[list[str]]:
@@ -39,6 +43,7 @@ def run_rows(report: dict) -> list[list[str]]:
     lo, hi = run["examples_per_s_spread"]
     collectives = run.get("collectives_per_step", run.get("collectives", {}))
     temp = run.get("memory", {}).get("temp_bytes")
+    moved = run.get("collective_bytes_per_step")
     peak = report.get("peak_gflops")
     share = (100 * run["achieved_gflops"] / peak
              if run.get("achieved_gflops") and peak else None)
@@ -49,12 +54,13 @@ def run_rows(report: dict) -> list[list[str]]:
         _fmt(run.get("test_accuracy"), ".4f"),
         _fmt(collectives.get("all-reduce"), "d"),
         _fmt(collectives.get("all-gather"), "d"),
+        _fmt(None if moved is None else sum(moved.values()) / 2**10, ".1f"),
         _fmt(None if temp is None else temp / 2**20, ".2f")])
   return rows
 
 
 def _runs_table(report):
-  widths = (13, 11, 19, 6, 9, 10, 8, 10, 10, 8)
+  widths = (13, 11, 19, 6, 9, 10, 8, 10, 10, 9, 8)
   line = lambda cells: " ".join(
       f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
       for i, (c, w) in enumerate(zip(cells, widths)))
