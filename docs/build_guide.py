@@ -80,6 +80,7 @@ from docs.guide.assembly import contents
 from docs.guide.assembly import part as _part
 from docs.guide.assembly import strip_notes
 from docs.guide import figures
+from docs.guide import grid
 from docs.guide import jobs
 from docs.guide import references
 from docs.guide import scaling
@@ -141,7 +142,10 @@ _TABLES = {"measured": measured_table,
            "handover": jobs.handover_table,
            "checkpoint-cost": jobs.checkpoint_cost_table,
            "sweep": scaling.sweep_table,
-           "ensemble-runs": scaling.ensemble_runs_table}
+           "ensemble-runs": scaling.ensemble_runs_table,
+           "verdict-grid": grid.correct_table,
+           "verdict-grid-devices": grid.devices_table,
+           "verdict-grid-detection": grid.detection_table}
 # The measurement files each table reads (the tolerances read none).
 _TABLE_READS = {"measured": lambda root: [
     name for name in tables.strategies()
@@ -152,7 +156,10 @@ _TABLE_READS = {"measured": lambda root: [
                 "handover": lambda _: ["handover"],
                 "checkpoint-cost": lambda _: ["handover"],
                 "sweep": lambda _: ["sweep"],
-                "ensemble-runs": lambda _: ["ensemble_runs"]}
+                "ensemble-runs": lambda _: ["ensemble_runs"],
+                **dict.fromkeys(("verdict-grid", "verdict-grid-devices",
+                                 "verdict-grid-detection"),
+                                lambda _: list(grid.FILES))}
 
 
 def _directive(root, kind, args):

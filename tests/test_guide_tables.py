@@ -192,3 +192,35 @@ def test_a_table_names_the_files_it_does_not_say_it_comes_from(tmp_path):
   assert "| tiny: 4 features, 2 examples/device | 10 (9–11) |" in text
   assert unnamed == ["dispatch"]
   assert guide._directive(tmp_path, "table", "tolerances")[1] == []  # pylint: disable=protected-access
+
+
+def test_the_grid_tables_list_every_planned_run_and_say_what_failed(
+    monkeypatch):
+  from docs.guide import grid  # pylint: disable=g-import-not-at-top
+  files = {
+      "verdict_grid": {"correct": {
+          "data_parallel_digits_10": {"max_ratio": 1.5, "verdict": "pass",
+                                      "flip_steps": {}},
+          "accumulation_digits_12": {"max_ratio": 12.0, "verdict": "fail",
+                                     "flip_steps": {}}},
+                       "detection": {"data_parallel_at_20": {
+                           "first_fail_step": 20, "max_ratio": 221.4}}},
+      "verdict_grid_original": {"correct": {
+          "accumulation_digits_12": {"max_ratio": 88.7, "verdict": "pass",
+                                     "flip_steps": {"pmap~reference": [10]}}},
+                                "detection": {}}}
+  monkeypatch.setattr(grid, "load", lambda root, name: files[name])
+  correct = grid.correct_table(None)
+  assert ("| data_parallel, 10 steps | 1.50, pass | not measured | "
+          "not measured | not measured |") in correct
+  # A failing correct run is shown failing, not dropped or passed.
+  assert ("| accumulation, 12 steps | 12.00, fail | - | 88.70, pass; a flip "
+          "excused at step 10 | - |") in correct
+  assert ("| accumulation, 1000 steps | not measured | not measured | "
+          "not measured | not measured |") in correct
+  detection = grid.detection_table(None)
+  assert ("| data_parallel, N = 20 | not measured | 20 (221x) | "
+          "not measured | not measured |") in detection
+  assert "| data_parallel_grad_0.2pct, N = 120 | not measured | - |" in (
+      detection)
+  assert "| fsdp | not measured | not measured |" in grid.devices_table(None)
