@@ -1,17 +1,12 @@
 """Every wrong idiom the guide indexes, run: the exact message JAX prints.
 
 Each `Case` runs one habit from pmap code (or one wrong port) and returns the
-exception (or warning) it raises on the pinned stack. `docs/MIGRATION.md`
-quotes the first line of each (`quote`) in its index of error messages,
-rendered from `docs/measured/errors.json`, which
-
-    python -m docs.build_guide --measure errors
-
-rewrites by running this module (`python -m docs.errors --json FILE`) on 8
-emulated CPU devices.
+exception (or warning) it raises on the pinned stack. `docs/MIGRATION.md`'s
+index of error messages quotes the first line of each (`quote`) from
+`docs/measured/errors.json`, which `python -m docs.build_guide --measure
+errors` rewrites (`python -m docs.errors --json FILE`, 8 emulated devices).
 `tests/test_error_messages.py` runs every case again and fails when JAX
-prints something the guide does not quote, so a JAX upgrade that changes a
-message fails CI.
+prints something the guide does not quote.
 
 A case with `processes=2` starts that many jax.distributed processes on
 localhost itself (a few seconds) and raises here again what process 0 raised.
@@ -21,9 +16,8 @@ module level: a function nested in a case would be quoted as
 `_case.<locals>.name`), and the index quotes no name of this repository
 (`tests/test_error_messages.py` checks).
 
-A message that takes too long to raise on every run (the gloo context that
-times out after about 30 s) is a `Recorded` row instead: quoted as this
-repository's notes record it, and never run here.
+A message too slow to raise on every run (gloo's 30-s timeout) is a
+`Recorded` row: quoted as this repository's notes record it, never run.
 
 optax 0.2.7 cannot be installed beside optax 0.2.8; its case runs the line
 optax 0.2.7 runs on import (`jax.config.update('jax_pmap_shmap_merge',
