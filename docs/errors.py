@@ -8,8 +8,8 @@ errors` rewrites (`python -m docs.errors --json FILE`, 8 emulated devices).
 `tests/test_error_messages.py` runs every case again and fails when JAX
 prints something the guide does not quote.
 
-A case with `processes=2` starts that many jax.distributed processes on
-localhost itself (a few seconds) and raises here again what process 0 raised.
+A case with `processes=2` starts 2 jax.distributed processes on localhost
+and raises here what process 0 raised.
 Names: JAX quotes the function a wrong idiom applies, so the cases apply
 functions named as a reader's own code names them (`step`, `loss`, `f`, at
 module level: a function nested in a case would be quoted as
