@@ -16,9 +16,7 @@ module level: a function nested in a case would be quoted as
 `_case.<locals>.name`), and the index quotes no name of this repository
 (`tests/test_error_messages.py` checks).
 
-A message too slow to raise on every run (gloo's 30-s timeout) is a
-`Recorded` row: quoted as this repository's notes record it, never run.
-
+A message too slow to raise (gloo's 30-s timeout) is a `Recorded` row.
 optax 0.2.7 cannot be installed beside optax 0.2.8; its case runs the line
 optax 0.2.7 runs on import (`jax.config.update('jax_pmap_shmap_merge',
 False)`, in `optax/contrib/_complex_valued.py`) and, when `OPTAX_027_PATH`
