@@ -6,9 +6,11 @@
 whose jit port was slower than its shard_map port, its sharded module's
 steps on 8 emulated CPU devices, from the same state on the same batch of
 digits at the strategy's defaults (`RUNS`): `shard_map`, the jit port before
-a fix, and after it. fsdp's fixed jit port is the one it runs; the
-ensembles' einsum convolutions are measured here only (their forward pass
-rounds otherwise, and the lockstep verdict fails them at a ReLU flip). Each run's compile time, its collectives and
+a fix, and after it (and, for the ensembles, the einsum convolution tried
+between: its forward pass rounds otherwise, and the lockstep verdict fails
+it at a ReLU flip). fsdp's fixed jit port is the one it runs; the
+ensembles' batch-grouped convolutions (`shardport.workloads.member_conv`)
+are measured here. Each run's compile time, its collectives and
 their bytes per step (`compare._src.hlo`), and examples/s window by window,
 the runs interleaved so that a window's ratio cancels the machine's drift;
 every step is waited for (queued collective steps can deadlock emulated CPU
@@ -36,12 +38,15 @@ from compare._src import hlo  # pylint: disable=g-import-not-at-top,wrong-import
 from shardport.workloads import configs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from shardport.workloads import datasets  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-# strategy -> (its sharded module, (the jit port before, after), its config).
+# strategy -> (its sharded module, (the jit port before, after, and any
+# tried between), its config).
 RUNS = {
-    "ensemble": ("sharded.ensemble", ("jit_grouped_conv", "jit_einsum_conv"),
+    "ensemble": ("sharded.ensemble",
+                 ("jit_grouped_conv", "jit_member_conv", "jit_einsum_conv"),
                  lambda shape: configs.EnsembleConfig(
                      members=8, global_batch=128, input_shape=shape)),
-    "ensemble_data": ("sharded.ensemble_data", ("jit", "jit_einsum_conv"),
+    "ensemble_data": ("sharded.ensemble_data",
+                      ("jit", "jit_member_conv", "jit_einsum_conv"),
                       lambda shape: configs.EnsembleDataConfig(
                           members=2, global_batch=128, input_shape=shape)),
     "fsdp": ("sharded.fsdp", ("jit_unconstrained", "jit"),
@@ -52,7 +57,7 @@ RUNS = {
 
 def _runs(strategy, n_devices):
   """`variant -> (step, state, batch)`, every run from the same numbers."""
-  module_name, (before, after), make_config = RUNS[strategy]
+  module_name, variants, make_config = RUNS[strategy]
   module = importlib.import_module(module_name)
   data = datasets.load("digits")
   config = make_config(tuple(data.train_inputs.shape[1:]))
@@ -62,7 +67,7 @@ def _runs(strategy, n_devices):
   return {variant: (module.make_train_step(config, placement, variant),
                     module.create_state(0, config, placement),
                     module.put_batch(batch, placement))
-          for variant in ("shard_map", before, after)}, config
+          for variant in ("shard_map", *variants)}, config
 
 
 def _window(step, state, batch, steps):
@@ -103,7 +108,7 @@ def measure(strategy, windows, steps, n_devices=8):
     run["collective_bytes_vs_shard_map"] = (
         sum(run["collective_bytes_per_step"].values()) /
         max(1, sum(shard_map["collective_bytes_per_step"].values())))
-  before, after = RUNS[strategy][1]
+  before, after = RUNS[strategy][1][:2]
   return {"global_batch": config.global_batch, "before": before,
           "after": after, "runs": out}
 

@@ -22,11 +22,15 @@ from sharded import devices
 from shardport.workloads import canonical
 from shardport.workloads import ensemble
 
-# "jit_einsum_conv": the jit port with the CNN's hidden convolution as an
-# einsum, which XLA splits over `members` with no all-gather; no strategy
-# runs it: it rounds the forward pass otherwise, and the lockstep verdict
-# fails it at a ReLU flip (docs/jax-facts.md, bench/jit_ports.py).
-VARIANTS = ("shard_map", "jit", "jit_einsum_conv")
+# The jit port by how the CNN's hidden convolution meets the members' vmap
+# (`ensemble.HIDDEN_CONVS`): "jit", lax's own, gathered whole;
+# "jit_einsum_conv", an einsum split over `members` but rounded otherwise,
+# which the lockstep verdict fails at a ReLU flip; "jit_member_conv",
+# batch-grouped and split over `members` (docs/jax-facts.md,
+# bench/jit_ports.py).
+VARIANTS = ("shard_map", "jit", "jit_einsum_conv", "jit_member_conv")
+_HIDDEN_CONV = {"jit": "grouped", "jit_einsum_conv": "einsum",
+                "jit_member_conv": "member"}
 make_placement = devices.placement
 # put_batch takes the whole global batch, the same in every process: every
 # member trains on all of it.
@@ -119,12 +123,11 @@ def make_train_step(config, placement, variant="shard_map"):
     # compiler places the collectives. vmapped, `lax.conv` over the members'
     # kernels is a grouped convolution, which it gathers across the mesh (9
     # all-gathers a step on XLA:CPU, ~8x slower than shard_map;
-    # `spmd_axis_name` changes none of it). As an einsum
-    # ("jit_einsum_conv") it is a batched matmul split over `members`
-    # (docs/jax-facts.md).
+    # `spmd_axis_name` changes none of it). Batch-grouped
+    # ("jit_member_conv") it is split over `members` (docs/jax-facts.md).
     batch = lax.with_sharding_constraint(batch, NamedSharding(mesh, _DATA))
-    return ensemble.stacked_train_step(
-        state, batch, stackable=variant == "jit_einsum_conv")
+    return ensemble.stacked_train_step(state, batch, _HIDDEN_CONV[variant],
+                                       mesh.shape[devices.DATA_AXIS])
 
   members = NamedSharding(mesh, _MEMBERS)
   if variant.startswith("jit"):

@@ -2,12 +2,14 @@
 
 fsdp's jit port gathers each split parameter once and all-to-alls nothing.
 The members-stacked jit steps (ensemble, ensemble_data) with the CNN's
-hidden convolution as an einsum over shifted windows gather nothing: the
-partitioner splits the batched matmul over the member axis. Each moves at
+hidden convolution batch-grouped (`shardport.workloads.member_conv`) gather
+nothing: the partitioner splits it over the member axis. Each moves at
 most 1.1x shard_map's collective bytes a step (issue 32's bound). The same
 steps before the fix, kept as variants, fail the check: the negative
-controls. Structure only: speed is measured by `python -m compare` and
-bench/jit_ports.py.
+controls. And the batch-grouped steps' forward pass is the per-member
+program's, bitwise, so they cannot take another ReLU branch than pmap (the
+einsum's, which rounds otherwise, is the negative control). Structure only:
+speed is measured by `python -m compare` and bench/jit_ports.py.
 """
 
 import flax.linen as nn
@@ -20,6 +22,7 @@ from compare._src import hlo
 from shardport.workloads import batches
 from shardport.workloads import cnn
 from shardport.workloads import configs
+from shardport.workloads import member_conv
 from sharded import ensemble as port_ensemble
 from sharded import ensemble_data as port_ensemble_data
 from sharded import fsdp as port_fsdp
@@ -27,10 +30,10 @@ from sharded import fsdp as port_fsdp
 SHAPE = (8, 8, 1)
 # name -> (module, (before the fix, after), config)
 PORTS = {
-    "ensemble": (port_ensemble, ("jit_grouped_conv", "jit_einsum_conv"),
+    "ensemble": (port_ensemble, ("jit_grouped_conv", "jit_member_conv"),
                  configs.EnsembleConfig(members=8, global_batch=64,
                                         input_shape=SHAPE)),
-    "ensemble_data": (port_ensemble_data, ("jit", "jit_einsum_conv"),
+    "ensemble_data": (port_ensemble_data, ("jit", "jit_member_conv"),
                       configs.EnsembleDataConfig(members=2, global_batch=64,
                                                  input_shape=SHAPE)),
     "fsdp": (port_fsdp, ("jit_unconstrained", "jit"),
@@ -38,13 +41,17 @@ PORTS = {
 }
 
 
-def _executed(name, variant, digits):
+def _step(name, variant, digits):
   module, _, config = PORTS[name]
   placement = module.make_placement(8)
   state = module.create_state(0, config, placement)
   batch = module.put_batch(next(batches.train_batches(
       digits, 0, config.global_batch, 1)), placement)
-  step = module.make_train_step(config, placement, variant)
+  return module.make_train_step(config, placement, variant), state, batch
+
+
+def _executed(name, variant, digits):
+  step, state, batch = _step(name, variant, digits)
   return hlo.executed(step.lower(state, batch).compile().as_text())
 
 
@@ -106,3 +113,62 @@ def test_the_cnn_with_shifted_window_convs_takes_the_same_params():
                              cnn.CNN().apply(params, images),
                              rtol=1e-5, atol=1e-5)
   assert isinstance(stackable, nn.Module)
+
+
+@pytest.mark.parametrize("name", ["ensemble", "ensemble_data"])
+def test_the_batch_grouped_step_rounds_the_forward_pass_as_shard_map(
+    name, digits):
+  def member_loss(variant):
+    step, state, batch = _step(name, variant, digits)
+    return np.asarray(step(state, batch)[1]["member_loss"])
+
+  shard_map = member_loss("shard_map")
+  np.testing.assert_array_equal(member_loss("jit_member_conv"), shard_map)
+  # Negative control: the einsum's forward pass rounds otherwise.
+  assert not np.array_equal(member_loss("jit_einsum_conv"), shard_map)
+
+
+def _members_conv(conv, lhs, rhs):
+  """Every member's `(sum of out**2, its gradients)`, vmapped."""
+  def loss(lhs, rhs):
+    return jnp.sum(conv(lhs, rhs) ** 2)
+  return jax.jit(jax.vmap(jax.value_and_grad(loss, argnums=(0, 1))))(lhs, rhs)
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID", ((1, 0), (0, 2))])
+@pytest.mark.parametrize("batch_shards", [1, 2])
+def test_member_conv_vmapped_is_each_members_convolution(padding,
+                                                         batch_shards):
+  rng = np.random.default_rng(0)
+  lhs = rng.normal(size=(3, 4, 9, 7, 2)).astype(np.float32)
+  rhs = rng.normal(size=(3, 3, 3, 2, 5)).astype(np.float32)
+
+  def lax_conv(lhs, rhs):
+    return jax.lax.conv_general_dilated(
+        lhs, rhs, (1, 1), padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+  def members_conv(lhs, rhs):
+    return member_conv.conv(lhs, rhs, (1, 1), padding,
+                            batch_shards=batch_shards)
+
+  expected = _members_conv(lax_conv, lhs, rhs)
+  got = _members_conv(members_conv, lhs, rhs)
+  # On one device XLA sums the batch-grouped convolution in another order:
+  # within 1e-5 of each leaf's largest value.
+  for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
+    np.testing.assert_allclose(g, e, atol=1e-5 * np.abs(e).max())
+  # Negative control: each member with its neighbour's kernel.
+  swapped = _members_conv(members_conv, lhs, np.roll(rhs, 1, axis=0))
+  assert not np.allclose(swapped[0], expected[0], rtol=1e-3)
+
+
+def test_member_conv_refuses_what_it_does_not_compute():
+  lhs = np.zeros((2, 6, 6, 2), np.float32)
+  rhs = np.zeros((3, 3, 2, 4), np.float32)
+  with pytest.raises(ValueError, match="stride-1"):
+    member_conv.conv(lhs, rhs, (2, 2), "SAME")
+  with pytest.raises(ValueError, match="ungrouped"):
+    member_conv.conv(lhs, rhs, (1, 1), "SAME", feature_group_count=2)
+  with pytest.raises(ValueError, match="precision"):
+    member_conv.conv(lhs, rhs, (1, 1), "SAME",
+                     precision=jax.lax.Precision.HIGHEST)

@@ -4,6 +4,8 @@ Every backend runs these same functions per member; what differs is where the
 members live and how their probabilities are averaged into the ensemble's.
 """
 
+import functools
+
 import flax.training.train_state
 import jax
 import jax.numpy as jnp
@@ -11,12 +13,25 @@ import optax
 
 from shardport.workloads import cnn
 from shardport.workloads import configs
+from shardport.workloads import member_conv
 
 _CNN = cnn.CNN()
-# The same CNN, its convolution of activations an einsum over shifted
-# windows: vmapped over stacked members, a batched matmul the partitioner
-# splits over the member axis (for the members-stacked jit ports).
-_STACKABLE_CNN = cnn.CNN(hidden_conv=cnn.shifted_window_conv)
+# How the CNN's convolution of activations meets `jax.vmap` over the members
+# in the members-stacked jit ports: "grouped" (lax's own, a grouped
+# convolution the partitioner gathers whole), "einsum" (a batched matmul
+# over shifted windows, split over the member axis but rounded otherwise) or
+# "member" (`member_conv`: batch-grouped, split over the member axis, each
+# device's convolution the one member's).
+HIDDEN_CONVS = ("grouped", "einsum", "member")
+
+
+def stacked_cnn(hidden_conv: str, batch_shards: int = 1) -> cnn.CNN:
+  """The CNN for a members-stacked jit port (`HIDDEN_CONVS`), each member's
+  batch split over `batch_shards` devices."""
+  return {"grouped": lambda: _CNN,
+          "einsum": lambda: cnn.CNN(hidden_conv=cnn.shifted_window_conv),
+          "member": lambda: cnn.CNN(hidden_conv=functools.partial(
+              member_conv.conv, batch_shards=batch_shards))}[hidden_conv]()
 
 
 def check_members(members: int, n_devices: int,
@@ -83,31 +98,28 @@ def loss_fn(params, batch):
   return cnn.cross_entropy_mean(logits, batch["targets"]), logits
 
 
-def stackable_loss_fn(params, batch):
-  """`loss_fn` with the CNN's hidden convolution an einsum (`_STACKABLE_CNN`):
-  the same params and, up to rounding, the same loss and logits, for
-  `jax.vmap` over members sharded across a mesh."""
-  logits = _STACKABLE_CNN.apply({"params": params}, batch["inputs"])
-  return cnn.cross_entropy_mean(logits, batch["targets"]), logits
-
-
-def stacked_train_step(state, batch, stackable=False):
+def stacked_train_step(state, batch, hidden_conv="grouped", batch_shards=1):
   """Every member's step at once, the members stacked on a leading axis
   (`jax.vmap`): the members-stacked `jit` ports' program.
 
   Args:
     state: the members' train states, stacked.
     batch: the batch every member trains on.
-    stackable: the CNN's hidden convolution as an einsum
-      (`stackable_loss_fn`), which XLA splits over a member axis of the
-      mesh; `lax.conv` by default, which it gathers.
+    hidden_conv: one of `HIDDEN_CONVS`, how the CNN's hidden convolution
+      meets the members' vmap.
+    batch_shards: the devices each member's batch is split over.
 
   Returns:
     `(state, {"member_loss", "accuracy"})`, the accuracy the ensemble's.
   """
+  model = stacked_cnn(hidden_conv, batch_shards)
+
+  def member_loss_fn(params, batch):
+    logits = model.apply({"params": params}, batch["inputs"])
+    return cnn.cross_entropy_mean(logits, batch["targets"]), logits
+
   (loss, logits), grads = jax.vmap(
-      jax.value_and_grad(stackable_loss_fn if stackable else loss_fn,
-                         has_aux=True),
+      jax.value_and_grad(member_loss_fn, has_aux=True),
       in_axes=(0, None))(state.params, batch)
   state = jax.vmap(lambda member, g: member.apply_gradients(grads=g))(
       state, grads)
