@@ -153,6 +153,33 @@ def test_a_flip_before_a_real_mistake_names_the_mistakes_step():
   assert result["first_fail_step"] == 8 and result["flip_steps"] == [3]
 
 
+def test_a_flip_no_witness_shares_is_excused_where_a_nudged_retake_matched():
+  # The einsum ensemble port's flip: no pmap run took its step, but its step
+  # or the truth's, retaken on a batch nudged by a few ulps, matched the
+  # other within the band (2.1e-6 there).
+  nudged = [None] * 9 + [2e-6]
+  checks = _witnessed_checks({"jit~reference": FLIP},
+                             {"jit": [2e-5] * 9 + [9e-4]})
+  checks["nudged_errors"] = {"jit": nudged}
+  result = verdicts.lockstep(None, checks)[0]
+  assert result["verdict"] == "close" and result["flip_steps"] == [10]
+  # Negative controls: the retakes kept the step apart (a mistake stays in
+  # every retake), or no retake was taken: it fails at its step.
+  for kept in ([None] * 9 + [8e-4], [None] * 10):
+    checks["nudged_errors"] = {"jit": kept}
+    result = verdicts.lockstep(None, checks)[0]
+    assert result["verdict"] == "differ" and result["first_fail_step"] == 10
+
+
+def test_nudged_retakes_excuse_no_more_flips_than_the_limit():
+  errors = [1e-5] * 7 + [9e-4] * 3
+  checks = _witnessed_checks({"jit~reference": errors}, {})
+  checks["witness"] = None
+  checks["nudged_errors"] = {"jit": [None] * 7 + [1e-6] * 3}
+  result = verdicts.lockstep(None, checks)[0]
+  assert result["verdict"] == "differ" and result["first_fail_step"] == 8
+
+
 def test_a_step_metric_is_judged_relative_and_an_accuracy_by_one_example():
   def fails(key, a, b):
     checks = _witnessed_checks({"pmap~shard_map": [0.0] * 10},

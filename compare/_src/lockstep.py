@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from compare._src import equivalence
+from shardport.strategies import perturbations
 from shardport.training import checkpoints
 from shardport.training.metrics import global_devices
 
@@ -53,6 +54,18 @@ CALIBRATION_FLIP = 10.0
 # tail: 1.2e-4 to 3.8e-4 at three of 200 steps, 10-33x the median, and a
 # correct pair at 1.17x a band that keeps them).
 CALIBRATION_FLIP_LEVEL = 1e-3
+# A port run whose step lies over the band from the ground truth's, where
+# no witness took its step, takes it again on its batch with every float
+# moved by a few ulps (each up or down at random, `NUDGE_ULPS`), and so
+# does the truth: a ReLU whose input lies within the two programs' rounding
+# of zero can fall to the other side in either, where a mistake in the step
+# stays in every retake. The smallest error between the two sides' steps,
+# as taken or retaken, is what the verdict may excuse a flip by
+# (`compare._src.verdicts`). Measured on the einsum ensemble port's flip at
+# step 46 (docs/jax-facts.md): a one-ulp nudge of the port's batch left it
+# there, one of 1, 4 ulps on either side matched the truth to 2.1e-6 of the
+# update, and 16 ulps or more flipped other ReLUs (3.8e-3): hence 1 to 8.
+NUDGE_ULPS = (1, 2, 4, 8)
 
 
 @dataclasses.dataclass
@@ -77,12 +90,13 @@ class Lockstep:
 
   def __init__(self, runs, pairs, check_every: int, steps: int,
                n_devices: int, rows, truth: str, perturbation,
-               port_runs=(), witness=None):
+               port_runs=(), witness=None, multiple=None):
     """`truth` names the ground-truth run; `perturbation(t)` is the change
     (`shardport.strategies.perturbations`) of its calibration step at step t;
     `port_runs` are the runs a negative control plants its mistake in,
     `witness` the run each of them must take the step of (pmap), if it
-    runs."""
+    runs; `multiple` the band's multiple a pair may lie within, which
+    decides where a port run retakes its step nudged (none without it)."""
     self.runs = {run.name: run for run in runs}
     self.reference = self.runs[truth]
     self.pairs = {(a, b): _Pair() for a, b in pairs}
@@ -90,6 +104,11 @@ class Lockstep:
     self.witness = witness if witness in self.runs else None
     self.witness_errors = {run: [] for run in self.port_runs
                            if self.witness is not None}
+    self.multiple = multiple
+    # Per port run and checked step: the smallest error of its nudged
+    # retakes from the truth's step, or None where it took none.
+    self.nudged_errors = {run: [] for run in self.port_runs}
+    self._truth_nudged = (None, [])
     self.check_every, self.steps, self.n_devices = check_every, steps, n_devices
     self.rows, self.perturbation = rows, perturbation
     self.checked, self.band, self.seconds = [], [], 0.0
@@ -116,6 +135,9 @@ class Lockstep:
     if self.check_every is None:
       return False
     return t == 1 or t % self.check_every == 0 or t == self.steps
+
+  def _planned_checks(self) -> int:
+    return sum(self.is_checked(t) for t in range(1, self.steps + 1))
 
   def before_step(self, t: int) -> None:
     """Keeps the reference's state before step t for the calibration step
@@ -163,6 +185,8 @@ class Lockstep:
     for run, errors in self.witness_errors.items():
       errors.append(equivalence.update_error(
           results[run], results[self.witness], self._shared))
+    for run, errors in self.nudged_errors.items():
+      errors.append(self._nudged_error(run, t, host_batch, results))
     self.checked.append(t)
     self._shared_state = None
     self.seconds += time.perf_counter() - start
@@ -190,13 +214,63 @@ class Lockstep:
     self.stepped[run.name].append(t)
     return run.module.to_host(state), run.module.metrics_to_host(metrics)
 
+  def _nudged_error(self, name, t, host_batch, results):
+    """The smallest error between port run `name`'s step t and the truth's,
+    each as taken or retaken on nudged batches, where its own step lies
+    over the band so far from the truth's and from its witness's; None
+    elsewhere."""
+    if self.multiple is None:
+      return None
+    # The band's median so far: the final band is at least the median of
+    # every checked step's, so a step under this is under the verdict's too.
+    allowed = self.multiple * max(BAND_FLOOR, float(np.median(self.band)))
+    truth = results[self.reference.name]
+    error = equivalence.update_error(results[name], truth, self._shared)
+    witnessed = (name in self.witness_errors
+                 and self.witness_errors[name][-1] <= allowed)
+    if error <= allowed or witnessed:
+      return None
+    # No more retakes than the flips the verdict may excuse, and one more:
+    # a run over the band at more steps fails whatever they show.
+    retaken = sum(e is not None for e in self.nudged_errors[name])
+    if retaken > flip_limit(self._planned_checks()):
+      return None
+    # Either side may be the one whose ReLU input lies within rounding of
+    # zero: both are retaken.
+    ports = [results[name], *self._nudged_steps(self.runs[name], t,
+                                                host_batch)]
+    truths = [truth, *self._nudged_steps(self.reference, t, host_batch)]
+    return min(equivalence.update_error(port, truth, self._shared)
+               for port in ports for truth in truths)
+
+  def _nudged_steps(self, run, t, host_batch):
+    """`run`'s step t from the shared state on its batch nudged by each of
+    `NUDGE_ULPS`, as host states (the truth's computed once per step)."""
+    if run is self.reference and self._truth_nudged[0] == t:
+      return self._truth_nudged[1]
+    steps = []
+    for i, ulps in enumerate(NUDGE_ULPS):
+      batch = perturbations.nudged_by(host_batch, ulps, seed=(t, i))
+      # The truth's own state, as its calibration step takes it.
+      state = (jax.tree.map(lambda x: x.copy(), self._shared_state)
+               if run is self.reference else place(run, self._shared, t - 1))
+      state, _ = run.step(state, run.module.put_batch(self.rows(run, batch),
+                                                      run.placement))
+      self.extra_steps += 1
+      steps.append(run.module.to_host(state))
+    if run is self.reference:
+      self._truth_nudged = (t, steps)
+    return steps
+
   def _calibration_step(self, t, host_batch):
     """The ground truth's step t from its own state, changed the way that
     moves only rounding (its rows reordered, or its state nudged)."""
     change = self.perturbation(t)
     batch = change.batch(host_batch, t - 1, global_devices(self.n_devices))
     reference = self.reference
-    state, metrics = reference.step(change.state(self._shared_state),
+    # A copy: the step may donate it, and a nudged retake may need it.
+    state, metrics = reference.step(change.state(
+        jax.tree.map(lambda x: x.copy(), self._shared_state)),
                                     reference.module.put_batch(
                                         self.rows(reference, batch),
                                         reference.placement))
@@ -217,6 +291,8 @@ class Lockstep:
         "apart": self.apart, "stepped": self.stepped,
         "port_runs": list(self.port_runs), "witness": self.witness,
         "witness_errors": self.witness_errors,
+        "nudged_errors": self.nudged_errors,
+        "nudge_ulps": list(NUDGE_ULPS),
         "flip_limit": flip_limit(len(self.checked)),
         "shared_eval": self.shared_eval,
         "metric_band": self.metric_band, "batch_rows": self.batch_rows,

@@ -97,7 +97,8 @@ def _pair_line(v):
         + (f"; first over at step {v['first_fail_step']} "
            f"({v['first_fail_ratio']:.3g}x)" if v["first_fail_step"] else "")
         + (f"; a rounding flip at step(s) {_steps(v['flip_steps'])} "
-           "(excused: two programs, every port run took pmap's step)"
+           "(excused: two programs, every port run took pmap's step or, "
+           "on batches nudged by a few ulps, the truth's)"
            if v.get("flip_steps") else ""))
   if "band_ratio" in v:
     return head + (f"{v['band_ratio']:.2f}x the one-step band (allowed "

@@ -240,7 +240,8 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
       [run for run in runs if run.perturbation is None], pairs,
       check_every, config.steps, n_devices, _rows,
       truth=strategy.truth, perturbation=strategy.lockstep_perturbation,
-      port_runs=strategy.port_runs, witness=strategy.witness)
+      port_runs=strategy.port_runs, witness=strategy.witness,
+      multiple=strategy.lockstep_multiple)
   tracked = pairs + [(strategy.truth, run.name) for run in runs
                      if run.perturbation is not None]
   test_batch = strategy.test_batch(data, global_devices(n_devices))

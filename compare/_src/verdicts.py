@@ -102,15 +102,21 @@ def _floor(key, value, n_test):
 def _witnessed(checks, allowed):
   """`run -> [bool per checked step]`: whether the run took a step that no
   planted mistake can have changed: a run outside the port runs, or a port
-  run whose step matched its witness's (pmap's) within `allowed`. A port
-  run with no witness running is never witnessed."""
+  run whose step matched its witness's (pmap's) within `allowed`, or whose
+  step and the truth's, either retaken on its batch nudged by a few ulps,
+  matched within it (`compare._src.lockstep.NUDGE_ULPS`: a rounding flip
+  fell back, where a mistake stays). A port run with neither is never
+  witnessed."""
+  def within(errors):
+    return [e is not None and e <= allowed for e in errors]
+
   def of(run):
     if run not in checks.get("port_runs", ()):
       return [True] * checks["checked_steps"]
-    errors = checks.get("witness_errors", {}).get(run)
-    if errors is None:
-      return [False] * checks["checked_steps"]
-    return [e <= allowed for e in errors]
+    none = [None] * checks["checked_steps"]
+    by_witness = within(checks.get("witness_errors", {}).get(run) or none)
+    by_nudge = within(checks.get("nudged_errors", {}).get(run) or none)
+    return [w or n for w, n in zip(by_witness, by_nudge)]
   return of
 
 

@@ -68,6 +68,22 @@ def nudged(x: np.ndarray, seed: int) -> np.ndarray:
   return np.nextafter(x, np.where(up, np.inf, -np.inf).astype(x.dtype))
 
 
+def nudged_by(host_batch, ulps: int, seed):
+  """The batch with every float moved `ulps` ulps, up or down at random
+  (`seed`), each by its own ulp (zeros stay zero)."""
+  rng = np.random.default_rng(seed)
+
+  def nudge(x):
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating):
+      return x
+    signs = rng.integers(0, 2, x.shape) * 2 - 1
+    moved = (x + signs * ulps * np.spacing(x)).astype(x.dtype)
+    return np.where(x == 0, x, moved)
+
+  return jax.tree.map(nudge, host_batch)
+
+
 def has_floats(tree) -> bool:
   """Whether any leaf of a host tree is floating point."""
   return any(np.issubdtype(np.asarray(x).dtype, np.floating)
