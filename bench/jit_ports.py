@@ -7,8 +7,8 @@ whose jit port was slower than its shard_map port, its sharded module's
 steps on 8 emulated CPU devices, from the same state on the same batch of
 digits at the strategy's defaults (`RUNS`): `shard_map`, the jit port before
 a fix, and after it (and, for the ensembles, the einsum convolution tried
-between: its forward pass rounds otherwise, and the lockstep verdict fails
-it at a ReLU flip). fsdp's fixed jit port is the one it runs; the
+between: its forward pass rounds otherwise, and its ReLU flips pass the
+lockstep verdict only by its nudged retakes). fsdp's fixed jit port is the one it runs; the
 ensembles' batch-grouped convolutions (`shardport.workloads.member_conv`)
 are measured here. Each run's compile time, its collectives and
 their bytes per step (`compare._src.hlo`), and examples/s window by window,

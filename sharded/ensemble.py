@@ -28,7 +28,7 @@ from shardport.workloads import ensemble
 # the members' vmap (`ensemble.HIDDEN_CONVS`), measured by
 # bench/jit_ports.py: "jit_grouped_conv" all-gathers the members'
 # convolutions; "jit_einsum_conv" does not, but rounds the forward pass
-# otherwise, and the lockstep verdict fails it at a ReLU flip;
+# otherwise (ReLU flips that only the nudged retakes excuse);
 # "jit_member_conv" splits them over the members (docs/jax-facts.md).
 VARIANTS = ("shard_map", "jit_grouped_conv", "jit_einsum_conv",
             "jit_member_conv")

@@ -25,7 +25,7 @@ from shardport.workloads import ensemble
 # The jit port by how the CNN's hidden convolution meets the members' vmap
 # (`ensemble.HIDDEN_CONVS`): "jit", lax's own, gathered whole;
 # "jit_einsum_conv", an einsum split over `members` but rounded otherwise,
-# which the lockstep verdict fails at a ReLU flip; "jit_member_conv",
+# its ReLU flips excused only by the nudged retakes; "jit_member_conv",
 # batch-grouped and split over `members` (docs/jax-facts.md,
 # bench/jit_ports.py).
 VARIANTS = ("shard_map", "jit", "jit_einsum_conv", "jit_member_conv")
