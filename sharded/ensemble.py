@@ -6,10 +6,10 @@ its own key, stacked on a leading axis split over the mesh's `ensemble` axis
 Every member trains on the same replicated batch with its own loss and
 gradients; the ensemble predicts with the mean of its members' softmax
 probabilities, a `lax.pmean` over the devices.
-Plain `jit(vmap(...))` over the stacked members is not the port: it
-all-gathers them (docs/ensemble-notes.md). It is kept, with the CNN's
-hidden convolution as an einsum that XLA splits over the members instead, to
-measure (bench/jit_ports.py).
+Plain `jit(vmap(...))` over the stacked members all-gathers them
+(docs/ensemble-notes.md); the jit port is `jit(vmap(...))` with the CNN's
+hidden convolution batch-grouped (`shardport.workloads.member_conv`), which
+XLA splits over the members (bench/jit_ports.py).
 """
 
 import functools

@@ -56,7 +56,7 @@ class EnsembleData(Ensemble):
   loss_convention = Ensemble.loss_convention
   runs = (RunSpec("pmap", "legacy_pmap.ensemble_data", "pmap"),
           RunSpec("shard_map", "sharded.ensemble_data", "shard_map"),
-          RunSpec("jit", "sharded.ensemble_data", "jit"),
+          RunSpec("jit", "sharded.ensemble_data", "jit_member_conv"),
           RunSpec("reference", Reference, "reference"))
   pairs = (("pmap", "shard_map"), ("pmap", "reference"),
            ("shard_map", "reference"), ("jit", "reference"))
@@ -65,7 +65,7 @@ class EnsembleData(Ensemble):
           "Each member's gradient is the mean of its D devices' slice means "
           "on the ports, one mean over the whole batch on the reference: "
           "only the summation order differs, as for data_parallel (the jit "
-          "port also batches the members' convolutions). Measured at most "
+          "port also batches the members' Dense layers). Measured at most "
           "4.3e-7 of max|leaf| after one step, 1, 2, 4 and 8 members on 8 "
           "devices, both ports; bitwise with one device per member (D = 1, "
           "shard_map), and the nested pmap bitwise equal to shard_map on "
