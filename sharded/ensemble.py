@@ -32,6 +32,8 @@ from shardport.workloads import ensemble
 # "jit_member_conv" splits them over the members (docs/jax-facts.md).
 VARIANTS = ("shard_map", "jit_grouped_conv", "jit_einsum_conv",
             "jit_member_conv")
+_HIDDEN_CONV = {"jit_grouped_conv": "grouped", "jit_einsum_conv": "einsum",
+                "jit_member_conv": "member"}
 make_placement = devices.ensemble_placement
 # put_batch takes the whole global batch, the same in every process: every
 # member trains on all of it.
@@ -151,8 +153,7 @@ def make_train_step(config, placement, variant="shard_map"):
     # The members stacked (vmapped) and split over the mesh, the batch
     # replicated: the compiler places the collectives. The members' batched
     # sums round otherwise than one member's program (close, not bitwise).
-    return ensemble.stacked_train_step(
-        state, batch, variant.removeprefix("jit_").removesuffix("_conv"))
+    return ensemble.stacked_train_step(state, batch, _HIDDEN_CONV[variant])
 
   if variant.startswith("jit"):
     members = NamedSharding(placement, _MEMBERS)

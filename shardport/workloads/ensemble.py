@@ -28,10 +28,10 @@ HIDDEN_CONVS = ("grouped", "einsum", "member")
 def stacked_cnn(hidden_conv: str, batch_shards: int = 1) -> cnn.CNN:
   """The CNN for a members-stacked jit port (`HIDDEN_CONVS`), each member's
   batch split over `batch_shards` devices."""
-  return {"grouped": lambda: _CNN,
-          "einsum": lambda: cnn.CNN(hidden_conv=cnn.shifted_window_conv),
-          "member": lambda: cnn.CNN(hidden_conv=functools.partial(
-              member_conv.conv, batch_shards=batch_shards))}[hidden_conv]()
+  convs = {"grouped": None, "einsum": cnn.shifted_window_conv,
+           "member": functools.partial(member_conv.conv,
+                                       batch_shards=batch_shards)}
+  return cnn.CNN(hidden_conv=convs[hidden_conv])
 
 
 def check_members(members: int, n_devices: int,
