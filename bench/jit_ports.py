@@ -3,19 +3,21 @@
     python -m bench.jit_ports --json docs/measured/jit_ports.json
 
 (or `python -m docs.build_guide --measure jit_ports`). For each strategy
-whose jit port was slower than its shard_map port, its sharded module's
-steps on 8 emulated CPU devices, from the same state on the same batch of
-digits at the strategy's defaults (`RUNS`): `shard_map`, the jit port before
-a fix, and after it (and, for the ensembles, the einsum convolution tried
-between: its forward pass rounds otherwise, and its ReLU flips pass the
-lockstep verdict only by its nudged retakes). fsdp's fixed jit port is the one it runs; the
-ensembles' batch-grouped convolutions (`shardport.workloads.member_conv`)
-are measured here. Each run's compile time, its collectives and
-their bytes per step (`compare._src.hlo`), and examples/s window by window,
-the runs interleaved so that a window's ratio cancels the machine's drift;
-every step is waited for (queued collective steps can deadlock emulated CPU
-devices, docs/jax-facts.md). The equivalence of the fixed ports is proved by
-`python -m compare`, not here.
+with a jit port, its sharded module's steps on 8 emulated CPU devices, from
+the same state on the same batch of digits at the strategy's defaults
+(`RUNS`): `shard_map`, the jit port before a fix where one was needed, and
+after it (and, for the ensembles, the einsum convolution tried between: its
+forward pass rounds otherwise, and its ReLU flips pass the lockstep verdict
+only by its nudged retakes). The "after" runs are the jit runs the strategies
+prove. data_parallel's and accumulation's jit ports needed no fix here and
+have no "before": they are measured so that one run holds all five
+programs' jit ports against shard_map (issue 32's bar: 0.9x its examples/s,
+at most 1.1x its collective bytes). Each run's compile time, its
+collectives and their bytes per step (`compare._src.hlo`), and examples/s
+window by window, the runs interleaved so that a window's ratio cancels the
+machine's drift; every step is waited for (queued collective steps can
+deadlock emulated CPU devices, docs/jax-facts.md). The equivalence of the
+ports is proved by `python -m compare`, not here.
 """
 
 import argparse
@@ -35,11 +37,13 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from bench import run_record  # pylint: disable=g-import-not-at-top,wrong-import-position
 from compare._src import hlo  # pylint: disable=g-import-not-at-top,wrong-import-position
+from shardport.strategies import accumulation  # pylint: disable=g-import-not-at-top,wrong-import-position
 from shardport.workloads import configs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from shardport.workloads import datasets  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-# strategy -> (its sharded module, (the jit port before, after, and any
-# tried between), its config).
+# strategy -> (its sharded module, (the jit port before its fix or None,
+# after, and any tried between), its config).
+_DEFAULT = {"global_batch": 128, "learning_rate": 0.004}
 RUNS = {
     "ensemble": ("sharded.ensemble",
                  ("jit_grouped_conv", "jit_member_conv", "jit_einsum_conv"),
@@ -50,8 +54,16 @@ RUNS = {
                       lambda shape: configs.EnsembleDataConfig(
                           members=2, global_batch=128, input_shape=shape)),
     "fsdp": ("sharded.fsdp", ("jit_unconstrained", "jit"),
-             lambda shape: configs.TrainConfig(
-                 global_batch=128, learning_rate=0.004, input_shape=shape)),
+             lambda shape: configs.TrainConfig(**_DEFAULT, input_shape=shape)),
+    "data_parallel": ("sharded.data_parallel", (None, "jit"),
+                      lambda shape: configs.TrainConfig(
+                          **_DEFAULT, input_shape=shape)),
+    # The microbatch loop the strategy's `auto` picks on this platform.
+    "accumulation": ("sharded.accumulation", (None, "jit"),
+                     lambda shape: configs.AccumulationConfig(
+                         **_DEFAULT, input_shape=shape,
+                         accum_loop=accumulation.resolve_loop(
+                             "auto", jax.devices()[0].platform))),
 }
 
 
@@ -67,7 +79,7 @@ def _runs(strategy, n_devices):
   return {variant: (module.make_train_step(config, placement, variant),
                     module.create_state(0, config, placement),
                     module.put_batch(batch, placement))
-          for variant in ("shard_map", *variants)}, config
+          for variant in ("shard_map", *variants) if variant}, config
 
 
 def _window(step, state, batch, steps):

@@ -151,9 +151,12 @@ def make_train_step(config, placement, variant="shard_map"):
 
   def global_train_step(state, batch):
     # The members stacked (vmapped) and split over the mesh, the batch
-    # replicated: the compiler places the collectives. The members' batched
-    # sums round otherwise than one member's program (close, not bitwise).
-    return ensemble.stacked_train_step(state, batch, _HIDDEN_CONV[variant])
+    # replicated: the compiler places the collectives. Each device runs one
+    # member's forward pass at a time, as shard_map does (bitwise); the
+    # vmapped backward pass sums in another order (close, not bitwise).
+    return ensemble.stacked_train_step(
+        state, batch, _HIDDEN_CONV[variant],
+        member_shards=placement.shape[devices.ENSEMBLE_AXIS])
 
   if variant.startswith("jit"):
     members = NamedSharding(placement, _MEMBERS)

@@ -8,7 +8,9 @@ most 1.1x shard_map's collective bytes a step (issue 32's bound). The same
 steps before the fix, kept as variants, fail the check: the negative
 controls. And the batch-grouped steps' forward pass is the per-member
 program's, bitwise, so they cannot take another ReLU branch than pmap (the
-einsum's, which rounds otherwise, is the negative control). Structure only:
+einsum's, which rounds otherwise, is the negative control), also with
+several members a device (a device's members vmapped at once is the
+negative control). Structure only:
 speed is measured by `python -m compare` and bench/jit_ports.py.
 """
 
@@ -22,6 +24,7 @@ from compare._src import hlo
 from shardport.workloads import batches
 from shardport.workloads import cnn
 from shardport.workloads import configs
+from shardport.workloads import ensemble
 from shardport.workloads import member_conv
 from sharded import ensemble as port_ensemble
 from sharded import ensemble_data as port_ensemble_data
@@ -41,9 +44,9 @@ PORTS = {
 }
 
 
-def _step(name, variant, digits):
+def _step(name, variant, digits, n_devices=8):
   module, _, config = PORTS[name]
-  placement = module.make_placement(8)
+  placement = module.make_placement(n_devices)
   state = module.create_state(0, config, placement)
   batch = module.put_batch(next(batches.train_batches(
       digits, 0, config.global_batch, 1)), placement)
@@ -115,17 +118,34 @@ def test_the_cnn_with_shifted_window_convs_takes_the_same_params():
   assert isinstance(stackable, nn.Module)
 
 
+def _member_loss(name, variant, digits, n_devices=8):
+  step, state, batch = _step(name, variant, digits, n_devices)
+  return np.asarray(step(state, batch)[1]["member_loss"])
+
+
 @pytest.mark.parametrize("name", ["ensemble", "ensemble_data"])
 def test_the_batch_grouped_step_rounds_the_forward_pass_as_shard_map(
     name, digits):
-  def member_loss(variant):
-    step, state, batch = _step(name, variant, digits)
-    return np.asarray(step(state, batch)[1]["member_loss"])
-
-  shard_map = member_loss("shard_map")
-  np.testing.assert_array_equal(member_loss("jit_member_conv"), shard_map)
+  shard_map = _member_loss(name, "shard_map", digits)
+  np.testing.assert_array_equal(
+      _member_loss(name, "jit_member_conv", digits), shard_map)
   # Negative control: the einsum's forward pass rounds otherwise.
-  assert not np.array_equal(member_loss("jit_einsum_conv"), shard_map)
+  assert not np.array_equal(_member_loss(name, "jit_einsum_conv", digits),
+                            shard_map)
+
+
+@pytest.mark.parametrize("n_devices", [1, 2])
+def test_with_several_members_a_device_each_runs_one_member_at_a_time(
+    n_devices, digits):
+  shard_map = _member_loss("ensemble", "shard_map", digits, n_devices)
+  np.testing.assert_array_equal(
+      _member_loss("ensemble", "jit_member_conv", digits, n_devices),
+      shard_map)
+  # Negative control: all of a device's members vmapped at once.
+  _, state, batch = _step("ensemble", "shard_map", digits, n_devices)
+  at_once = jax.jit(lambda s, b: ensemble.stacked_train_step(s, b, "member"))
+  assert not np.array_equal(
+      np.asarray(at_once(state, batch)[1]["member_loss"]), shard_map)
 
 
 def _members_conv(conv, lhs, rhs):

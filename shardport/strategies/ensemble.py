@@ -157,8 +157,9 @@ class Ensemble(Strategy):
           "backend (members one after another on a device, not vmapped: see "
           "docs/ensemble-notes.md): measured bitwise at the first step and "
           "after 55 steps, 8 and 16 members on 8 devices and on 1, 2, 4. "
-          "The jit port's forward pass is the same program on each device "
-          "(its member losses bitwise); its vmapped Dense layers' backward "
+          "The jit port's forward pass is the same program on each device, "
+          "a device's members one at a time (its member losses bitwise on "
+          "1, 2 and 8 devices); its vmapped Dense layers' backward "
           "sums in another order (2.4e-7 absolute after 3 steps). "
           "1e-5 as for data_parallel leaves room for another XLA build's "
           "rounding and is 1000x below a 1% learning-rate change.")),
