@@ -9,10 +9,10 @@ the same state on the same batch of digits at the strategy's defaults
 after it (and, for the ensembles, the einsum convolution tried between: its
 forward pass rounds otherwise, and its ReLU flips pass the lockstep verdict
 only by its nudged retakes). The "after" runs are the jit runs the strategies
-prove. data_parallel's and accumulation's jit ports needed no fix here and
-have no "before": they are measured so that one run holds all five
-programs' jit ports against shard_map (issue 32's bar: 0.9x its examples/s,
-at most 1.1x its collective bytes). Each run's compile time, its
+prove. accumulation's jit port has no "before" here (its fix is measured in
+its own report): it is measured so that one run holds all five programs'
+jit ports against shard_map (issue 32's bar: 0.9x its examples/s, at most
+1.1x its collective bytes). Each run's compile time, its
 collectives and their bytes per step (`compare._src.hlo`), and examples/s
 window by window, the runs interleaved so that a window's ratio cancels the
 machine's drift; every step is waited for (queued collective steps can
@@ -55,7 +55,7 @@ RUNS = {
                           members=2, global_batch=128, input_shape=shape)),
     "fsdp": ("sharded.fsdp", ("jit_unconstrained", "jit"),
              lambda shape: configs.TrainConfig(**_DEFAULT, input_shape=shape)),
-    "data_parallel": ("sharded.data_parallel", (None, "jit"),
+    "data_parallel": ("sharded.data_parallel", ("jit_plain", "jit"),
                       lambda shape: configs.TrainConfig(
                           **_DEFAULT, input_shape=shape)),
     # The microbatch loop the strategy's `auto` picks on this platform.

@@ -2,7 +2,9 @@
 
 The train state is replicated (`P()`) and the global batch is split over the
 `data` axis (`P('data')`). `shard_map` keeps the classic program's explicit
-collectives; `jit` lets the compiler place them.
+collectives; `jit` lets the compiler place them, its matmul kernels cast to
+`P(reduced=...)` so that it places them where shard_map does
+("jit_plain", without the cast, is the measured "before": bench/jit_ports.py).
 """
 
 
@@ -15,7 +17,7 @@ from sharded import devices
 from shardport.workloads import canonical
 from shardport.workloads import registry
 
-VARIANTS = ("shard_map", "jit")
+VARIANTS = ("shard_map", "jit", "jit_plain")
 # put_batch takes this process's rows of the global batch (all of them in
 # one process): each process reads only its slice.
 PROCESS_LOCAL_BATCH = True
@@ -58,10 +60,30 @@ def make_train_step(config, placement, variant="shard_map"):
                                                     n_shards)
     return state.apply_gradients(grads=grads), {"loss": loss}
 
+  def reduced_grads(params, batch):
+    # Left to itself the partitioner all-reduces a matmul kernel's gradient
+    # at its dot, before autodiff's transpose of it, and XLA:CPU then
+    # transposes the reduced gradient in the update: 0.88x shard_map's
+    # examples/s (bench/jit_ports.py). A kernel cast to `reduced` (free: it
+    # is a full copy already) has an `unreduced` gradient, per-device
+    # partial sums, until the one reshard to P(): reduced after the
+    # transpose, as shard_map's pmean is. jax 0.10.2 has no such rule for
+    # convolutions (docs/performance-notes.md), so only matrices are cast.
+    loss, grads = jax.value_and_grad(workload.loss)(
+        jax.tree.map(_reduced_if_matrix, params), batch, n_shards)
+    return loss, jax.reshard(grads, P())
+
+  def reduced_train_step(state, batch):
+    with jax.sharding.use_abstract_mesh(placement.abstract_mesh):
+      loss, grads = jax.sharding.explicit_axes(
+          reduced_grads, axes=devices.AXIS,
+          in_sharding=(P(), P(devices.AXIS)))(state.params, batch)
+    return state.apply_gradients(grads=grads), {"loss": loss}
+
   replicated = NamedSharding(placement, P())
-  if variant == "jit":
-    return jax.jit(global_train_step, out_shardings=replicated,
-                   donate_argnums=0)
+  if variant.startswith("jit"):
+    step = reduced_train_step if variant == "jit" else global_train_step
+    return jax.jit(step, out_shardings=replicated, donate_argnums=0)
   # check_vma=False gives `grad` the per-device gradient, as under pmap, so
   # the pmean above is right. With check_vma=True the gradient of a P()
   # input is already summed over the axis and that pmean makes it N times
@@ -71,6 +93,11 @@ def make_train_step(config, placement, variant="shard_map"):
                        check_vma=False)
   return jax.jit(step, donate_argnums=0)
 # endregion
+
+
+def _reduced_if_matrix(param):
+  return (jax.reshard(param, P(reduced={devices.AXIS})) if param.ndim == 2
+          else param)
 
 
 def make_evaluate(config, placement):
