@@ -130,8 +130,8 @@ def main(argv=None):
   parser.add_argument("--json", help="write the measurement here")
   parser.add_argument("--strategies", nargs="+", default=tuple(RUNS),
                       choices=tuple(RUNS))
-  parser.add_argument("--windows", type=int, default=7)
-  parser.add_argument("--steps", type=int, default=10,
+  parser.add_argument("--windows", type=int, default=15)
+  parser.add_argument("--steps", type=int, default=30,
                       help="steps per window")
   args = parser.parse_args(argv)
   load = os.getloadavg()[0]
