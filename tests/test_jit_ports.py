@@ -109,9 +109,9 @@ def test_the_data_parallel_jit_step_reduces_after_the_transposes(digits):
 def test_the_reduced_cast_changes_no_number(digits):
   def state_after_3_steps(variant):
     step, state, _ = _step("data_parallel", variant, digits)
+    placement = port_data_parallel.make_placement(8)
     for batch in batches.train_batches(digits, 0, 64, 3):
-      state, _ = step(state, port_data_parallel.put_batch(
-          batch, port_data_parallel.make_placement(8)))
+      state, _ = step(state, port_data_parallel.put_batch(batch, placement))
     return jax.tree.leaves(jax.device_get(state))
 
   cast = state_after_3_steps("jit")
