@@ -119,9 +119,20 @@ def update_error_at(a, b, start) -> tuple[float, str]:
     path with its shape, e.g. `['params']['Dense_0']['kernel'] (64, 10)`
     ("" where all bits are equal).
   """
-  if trees_same_bits(a, b):
+  errors = update_errors(a, b, start)
+  if not errors:
     return 0.0, ""
-  worst, where = 0.0, ""
+  leaf = max(errors, key=errors.get)
+  return errors[leaf], leaf
+
+
+def update_errors(a, b, start) -> dict[str, float]:
+  """`update_error_at`'s ratio leaf by leaf: `{leaf path and shape: ratio}`
+  for every leaf whose bits differ (empty where all are equal), so that each
+  leaf can be judged against its own band (`compare._src.leaf_bands`)."""
+  if trees_same_bits(a, b):
+    return {}
+  errors = {}
   for key in b:
     pairs = [(f"[{key!r}]" + jax.tree_util.keystr(path), x, y, s)
              for (path, x), y, s in zip(
@@ -135,13 +146,13 @@ def update_error_at(a, b, start) -> tuple[float, str]:
         continue
       named = f"{path} {tuple(y.shape)}"
       if not np.issubdtype(y.dtype, np.floating):
-        return float("inf"), named
+        errors[named] = float("inf")
+        continue
       diff = np.abs(x.astype(np.float64) - y.astype(np.float64)).max()
       scale = max(update, UPDATE_FLOOR * largest, np.finfo(np.float64).tiny)
-      ratio = float(diff / scale) if np.isfinite(diff) else float("inf")
-      if ratio > worst or not where:
-        worst, where = max(worst, ratio), named
-  return worst, where
+      errors[named] = (float(diff / scale) if np.isfinite(diff)
+                       else float("inf"))
+  return errors
 
 
 def _update(after, before) -> float:

@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from compare._src import equivalence
+from compare._src import leaf_bands
 from shardport.strategies import perturbations
 from shardport.training import checkpoints
 from shardport.training.metrics import global_devices
@@ -73,8 +74,9 @@ class _Pair:
   """One pair's lockstep errors, and whether its free-running states are
   still bitwise."""
 
-  errors: list = dataclasses.field(default_factory=list)
-  leaves: list = dataclasses.field(default_factory=list)  # where the worst
+  errors: list = dataclasses.field(default_factory=list)  # the largest
+  # Per checked step: `{leaf: error}` (`equivalence.update_errors`).
+  leaf_errors: list = dataclasses.field(default_factory=list)
   # Per checked step: `{metric: relative gap}` of the two steps' metrics.
   metric_gaps: list = dataclasses.field(default_factory=list)
   bitwise_so_far: bool = True
@@ -112,6 +114,7 @@ class Lockstep:
     self.check_every, self.steps, self.n_devices = check_every, steps, n_devices
     self.rows, self.perturbation = rows, perturbation
     self.checked, self.band, self.seconds = [], [], 0.0
+    self.band_leaves = []  # per checked step: the calibration's leaf errors
     self.metric_band, self.batch_rows = {}, None
     self.shared_eval = None
     self.extra_steps = 0
@@ -168,22 +171,23 @@ class Lockstep:
     results = {name: state for name, (state, _) in stepped.items()}
     metrics = {name: m for name, (_, m) in stepped.items()}
     calibration, calibration_metrics = self._calibration_step(t, host_batch)
-    self.band.append(equivalence.update_error(
+    self.band_leaves.append(equivalence.update_errors(
         calibration, self.reference.host, self._shared))
+    self.band.append(max(self.band_leaves[-1].values(), default=0.0))
     for key, gap in equivalence.metric_gaps(
         calibration_metrics, self.reference.step_metrics).items():
       self.metric_band[key] = max(self.metric_band.get(key, 0.0),
                                   equivalence.relative_gap(gap))
     self.batch_rows = len(next(iter(jax.tree.leaves(host_batch))))
     for (a, b), pair in self.pairs.items():
-      error, leaf = equivalence.update_error_at(results[a], results[b],
-                                                self._shared)
-      pair.errors.append(error)
-      pair.leaves.append(leaf)
+      errors = equivalence.update_errors(results[a], results[b],
+                                         self._shared)
+      pair.errors.append(max(errors.values(), default=0.0))
+      pair.leaf_errors.append(errors)
       pair.metric_gaps.append(equivalence.metric_gaps(metrics[a],
                                                       metrics[b]))
     for run, errors in self.witness_errors.items():
-      errors.append(equivalence.update_error(
+      errors.append(equivalence.update_errors(
           results[run], results[self.witness], self._shared))
     for run, errors in self.nudged_errors.items():
       errors.append(self._nudged_error(run, t, host_batch, results))
@@ -215,20 +219,22 @@ class Lockstep:
     return run.module.to_host(state), run.module.metrics_to_host(metrics)
 
   def _nudged_error(self, name, t, host_batch, results):
-    """The smallest error between port run `name`'s step t and the truth's,
-    each as taken or retaken on nudged batches, where its own step lies
-    over the band so far from the truth's and from its witness's; None
-    elsewhere."""
+    """Every pairing of port run `name`'s step t and the truth's, each as
+    taken or retaken on nudged batches, as `{leaf: error}`, where its own
+    step lies over the band so far from the truth's and from its witness's
+    (each leaf against its own band, `compare._src.leaf_bands`); None
+    elsewhere. The verdict takes the pairing closest to the truth."""
     if self.multiple is None:
       return None
-    # The band's median so far: the final band is at least the median of
-    # every checked step's, so a step under this is under the verdict's too.
-    allowed = self.multiple * max(BAND_FLOOR, float(np.median(self.band)))
+    # Each leaf's median band so far: its final band is at least that, so a
+    # step under this is under the verdict's too.
+    judged = leaf_bands.so_far(self.band_leaves, BAND_FLOOR)
     truth = results[self.reference.name]
-    error = equivalence.update_error(results[name], truth, self._shared)
-    witnessed = (name in self.witness_errors
-                 and self.witness_errors[name][-1] <= allowed)
-    if error <= allowed or witnessed:
+    error, _ = leaf_bands.score(equivalence.update_errors(
+        results[name], truth, self._shared), judged)
+    witnessed = (name in self.witness_errors and leaf_bands.score(
+        self.witness_errors[name][-1], judged)[0] <= self.multiple)
+    if error <= self.multiple or witnessed:
       return None
     # No more retakes than the flips the verdict may excuse, and one more:
     # a run over the band at more steps fails whatever they show.
@@ -240,8 +246,8 @@ class Lockstep:
     ports = [results[name], *self._nudged_steps(self.runs[name], t,
                                                 host_batch)]
     truths = [truth, *self._nudged_steps(self.reference, t, host_batch)]
-    return min(equivalence.update_error(port, truth, self._shared)
-               for port in ports for truth in truths)
+    return [equivalence.update_errors(port, truth, self._shared)
+            for port in ports for truth in truths]
 
   def _nudged_steps(self, run, t, host_batch):
     """`run`'s step t from the shared state on its batch nudged by each of
@@ -279,29 +285,59 @@ class Lockstep:
             reference.module.metrics_to_host(metrics))
 
   def report(self, multiple: float, reason: str) -> dict:
-    """The checked steps, the band, every pair's errors, each port run's
-    error against its witness, and their cost."""
-    band, flips = band_of(self.band)
+    """The checked steps, each leaf's band, every pair's errors and their
+    ratio to the judged leaves' own bands, each port run's ratio against
+    its witness, and their cost."""
+    judged = leaf_bands.bands(self.band_leaves, band_of, BAND_FLOOR)
+
+    def ratios(per_step):
+      return [leaf_bands.score(errors, judged)[0] for errors in per_step]
+
+    pairs = {}
+    for (a, b), pair in self.pairs.items():
+      scored = [leaf_bands.score(e, judged) for e in pair.leaf_errors]
+      pairs[f"{a}~{b}"] = {
+          "errors": pair.errors, "ratios": [r for r, _ in scored],
+          "leaves": [leaf for _, leaf in scored],
+          "metric_gaps": pair.metric_gaps,
+          "stopped_bitwise_at": pair.stopped_bitwise_at,
+          "bitwise": pair.bitwise_so_far}
     return {
         "check_every": self.check_every, "checked_steps": len(self.checked),
-        "steps": self.checked, "band_per_step": self.band, "band": band,
-        "band_flip_steps": [self.checked[i] for i in flips],
+        "steps": self.checked, "band_per_step": self.band,
+        "band": judged["band"], "leaf_bands": judged["bands"],
+        "unjudged_leaves": judged["unjudged"],
+        "judged_leaves": len(judged["bands"]) + sum(
+            leaf not in judged["bands"] and leaf not in judged["unjudged"]
+            for leaf in self._leaf_names()),
+        "leaves": len(self._leaf_names()),
+        "leaf_band_floor": judged["floor"],
+        "band_flip_steps": sorted({self.checked[i] for flips in
+                                   judged["flips"].values() for i in flips}),
         "band_floor": BAND_FLOOR, "multiple": multiple, "reason": reason,
         "extra_steps": self.extra_steps, "seconds": self.seconds,
         "apart": self.apart, "stepped": self.stepped,
         "port_runs": list(self.port_runs), "witness": self.witness,
-        "witness_errors": self.witness_errors,
-        "nudged_errors": self.nudged_errors,
+        "witness_ratios": {run: ratios(errors)
+                           for run, errors in self.witness_errors.items()},
+        "nudged_ratios": {run: [None if pairings is None else min(
+            ratios(pairings)) for pairings in per_step]
+                          for run, per_step in self.nudged_errors.items()},
         "nudge_ulps": list(NUDGE_ULPS),
         "flip_limit": flip_limit(len(self.checked)),
         "shared_eval": self.shared_eval,
         "metric_band": self.metric_band, "batch_rows": self.batch_rows,
-        "initial": self.initial,
-        "pairs": {f"{a}~{b}": {"errors": pair.errors, "leaves": pair.leaves,
-                               "metric_gaps": pair.metric_gaps,
-                               "stopped_bitwise_at": pair.stopped_bitwise_at,
-                               "bitwise": pair.bitwise_so_far}
-                  for (a, b), pair in self.pairs.items()}}
+        "initial": self.initial, "judged": judged,
+        "pairs": pairs}
+
+  def _leaf_names(self) -> list[str]:
+    """Every array leaf of the shared state, by the name `update_errors`
+    gives it (its path and shape)."""
+    return [f"[{key!r}]" + jax.tree_util.keystr(path)
+            + f" {tuple(np.shape(x))}"
+            for key in self.initial
+            for path, x in jax.tree_util.tree_leaves_with_path(
+                self.initial[key])]
 
 
 def band_of(per_step: list) -> tuple[float, list]:

@@ -54,7 +54,7 @@ def _lockstep(axis, report):
     axis.set_axis_off()
     return
   for name, pair in checks["pairs"].items():
-    ratios = np.maximum(np.asarray(pair["errors"]) / checks["band"], 1e-3)
+    ratios = np.maximum(np.asarray(pair["ratios"], np.float64), 1e-3)
     axis.plot(checks["steps"], ratios, label=name.replace("~", " vs "))
   axis.axhline(checks["multiple"], color="r", linestyle="--",
                label=f"allowed x{checks['multiple']:g}")

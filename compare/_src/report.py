@@ -3,6 +3,7 @@
 Generic: what only one strategy reports comes from its `report_lines`.
 """
 
+from compare._src import leaf_bands
 from compare._src import lockstep
 from shardport.strategies.throughput import throughput_ratio
 
@@ -92,7 +93,7 @@ def _pair_line(v):
                    + f" {v['b']}'s (digest)")
   if v["at"] == "lockstep":
     return head + (
-        f"at most {v['max_ratio']:.2f}x the one-step band (step "
+        f"at most {v['max_ratio']:.2f}x a leaf's one-step band (step "
         f"{v['worst_step']}), allowed {v['allowed_ratio']:g}x"
         + (f"; first over at step {v['first_fail_step']} "
            f"({v['first_fail_ratio']:.3g}x)" if v["first_fail_step"] else "")
@@ -123,9 +124,21 @@ def _lockstep_lines(report):
   lines = [f"lockstep: {checks['checked_steps']} of {report['steps']} steps "
            f"checked (step 1, every {checks['check_every']}, the last), each "
            f"run's step from the {truth}'s state against the {truth}'s "
-           f"step with {change}: band {checks['band']:.2e} of the "
-           f"update; {checks['extra_steps']} extra steps, "
+           f"step with {change}: each leaf judged against its own band, "
+           f"the largest {checks['band']:.2e} of the update; "
+           f"{checks['extra_steps']} extra steps, "
            f"{checks['seconds']:.1f} s"]
+  if checks.get("leaves") is not None:
+    unjudged = checks.get("unjudged_leaves") or {}
+    lines.append(
+        f"judged {checks['judged_leaves']} of {checks['leaves']} leaves"
+        + ("" if not unjudged else
+           f"; not judged, rounding moves them by {leaf_bands.UNJUDGEABLE:g}"
+           " of their update or more (e.g. a bias before a BatchNorm): "
+           + ", ".join(f"{leaf} (band {band:.2g})"
+                       for leaf, band in list(unjudged.items())[:4])
+           + (f" and {len(unjudged) - 4} more" if len(unjudged) > 4
+              else "")))
   if checks.get("band_flip_steps"):
     lines.append(f"calibration flipped at step(s) {checks['band_flip_steps']}"
                  f" (over {lockstep.CALIBRATION_FLIP:g}x the steps' median "

@@ -336,6 +336,7 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
       strategy, pairs, {r.name: r.first_step for r in runs},
       checks if checks["checked_steps"] else None)
   del checks["initial"]  # host arrays: not for the report
+  del checks["judged"]  # the leaf bands, in the report as leaf_bands
   results += verdicts.lockstep(strategy, checks)
   handed = (by_name[switch.SOURCE].handover if switch.SOURCE in by_name
             else None)

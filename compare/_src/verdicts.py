@@ -20,6 +20,7 @@ chaotically.
 import numpy as np
 
 from compare._src import equivalence
+from compare._src import leaf_bands
 
 DIVERGED = "diverged"
 # Drift below this fraction of the reference's largest |param| is float
@@ -46,9 +47,10 @@ def first_step(strategy, pairs, firsts, checks=None) -> list[dict]:
               **equivalence.compare_trees(firsts[a], firsts[b], tol)}
     if (checks and checks.get("initial") is not None
         and result["verdict"] != equivalence.BITWISE):
-      ratio = equivalence.update_error(firsts[a], firsts[b],
-                                       checks["initial"]) / checks["band"]
+      ratio, leaf = leaf_bands.score(equivalence.update_errors(
+          firsts[a], firsts[b], checks["initial"]), checks["judged"])
       result["band_ratio"] = ratio
+      result["band_leaf"] = leaf
       result["allowed_ratio"] = checks["multiple"]
       result["verdict"] = (equivalence.CLOSE if ratio <= checks["multiple"]
                            else equivalence.DIFFER)
@@ -102,7 +104,8 @@ def _floor(key, value, n_test):
 def _witnessed(checks, allowed):
   """`run -> [bool per checked step]`: whether the run took a step that no
   planted mistake can have changed: a run outside the port runs, or a port
-  run whose step matched its witness's (pmap's) within `allowed`, or whose
+  run whose step matched its witness's (pmap's) within `allowed` (a ratio
+  to the leaves' own bands), or whose
   step and the truth's, either retaken on its batch nudged by a few ulps,
   matched within it (`compare._src.lockstep.NUDGE_ULPS`: a rounding flip
   fell back, where a mistake stays). A port run with neither is never
@@ -114,8 +117,8 @@ def _witnessed(checks, allowed):
     if run not in checks.get("port_runs", ()):
       return [True] * checks["checked_steps"]
     none = [None] * checks["checked_steps"]
-    by_witness = within(checks.get("witness_errors", {}).get(run) or none)
-    by_nudge = within(checks.get("nudged_errors", {}).get(run) or none)
+    by_witness = within(checks.get("witness_ratios", {}).get(run) or none)
+    by_nudge = within(checks.get("nudged_ratios", {}).get(run) or none)
     return [w or n for w, n in zip(by_witness, by_nudge)]
   return of
 
@@ -187,14 +190,15 @@ def lockstep(strategy, checks: dict) -> list[dict]:
   del strategy
   if not checks["checked_steps"]:
     return []
-  allowed = checks["multiple"] * checks["band"]
-  witnessed = _witnessed(checks, allowed)
+  witnessed = _witnessed(checks, checks["multiple"])
   results = []
   for name, pair in checks["pairs"].items():
     a, b = name.split("~")
     errors = np.asarray(pair["errors"], np.float64)
-    ratios = errors / checks["band"]
-    over = np.flatnonzero(errors > allowed)
+    # Each step's largest error over the judged leaves, each in units of
+    # its own band (`compare._src.leaf_bands`).
+    ratios = np.asarray(pair["ratios"], np.float64)
+    over = np.flatnonzero(ratios > checks["multiple"])
     flips = _excused(checks, a, b, over, witnessed)
     failing = [int(i) for i in over if int(i) not in flips]
     worst = int(np.argmax(ratios)) if len(ratios) else 0
@@ -219,6 +223,9 @@ def lockstep(strategy, checks: dict) -> list[dict]:
         "flip_steps": [checks["steps"][i] for i in flips],
         **_metric_fields(checks, pair),
         "allowed_ratio": checks["multiple"],
+        "judged_leaves": checks.get("judged_leaves"),
+        "leaves": checks.get("leaves"),
+        "unjudged_leaves": checks.get("unjudged_leaves", {}),
         "stopped_bitwise_at": pair["stopped_bitwise_at"]})
   return results
 
@@ -317,8 +324,8 @@ def first_failure(verdicts: list[dict]) -> str | None:
     if "band_ratio" in v:
       return (f"first at step 1: {v['a']} vs {v['b']}, each from its own "
               f"initial state, differ by {v['band_ratio']:.3g}x the "
-              f"one-step band (allowed {v['allowed_ratio']:g}x), most at "
-              f"{v['worst']}")
+              f"leaf's one-step band (allowed {v['allowed_ratio']:g}x), at "
+              f"{v.get('band_leaf') or v['worst']}")
     return (f"first at step 1: {v['a']} vs {v['b']} differ by "
             f"{v['max_abs']:.3g} at {v['worst']} (rtol {v['rtol']:g}, atol "
             f"{v['atol']:g} of the leaf's largest)")
@@ -336,9 +343,9 @@ def first_failure(verdicts: list[dict]) -> str | None:
               f"{m['allowed']:.3g})")
     return (f"first at step {v['first_fail_step']}: {v['a']} vs {v['b']}, "
             "their steps from the shared state differ by "
-            f"{v['first_fail_ratio']:.3g}x the one-step band (allowed "
+            f"{v['first_fail_ratio']:.3g}x the leaf's one-step band (allowed "
             f"{v['allowed_ratio']:g}x)"
-            + (f", most at {v['first_fail_leaf']}" if v.get("first_fail_leaf")
+            + (f", at {v['first_fail_leaf']}" if v.get("first_fail_leaf")
                else ""))
   ends = [v for v in failing if v["at"] == "final" and "shared_eval" in v]
   if ends:

@@ -1,0 +1,88 @@
+"""Each leaf of the state judged against its own one-step band.
+
+The one-step band is how far rounding alone moves a step's result, as a
+fraction of the step's update (`compare._src.lockstep`). Measured over the
+whole state it is the noisiest leaf's: a bias before a BatchNorm has no true
+gradient, so Adam's update of it is normalised rounding noise and its band
+is about its whole update (1.18 on tests/team_programs/linen_conv_bn.py),
+which hid a 1% mistake in every other leaf. So each leaf has its own band,
+the largest its calibration step moved it over the checked steps
+(`lockstep.band_of`, one leaf at a time), and a pair's step is judged leaf
+by leaf against it: a noisy leaf loosens only itself.
+
+A leaf whose own band is `UNJUDGEABLE` of its update or more is rounding
+through and through: within the band's multiple any mistake in it would
+pass, so it is not judged and the report names it with its band.
+"""
+
+import numpy as np
+
+# Rounding moves the leaf's step by 1% of its update or more: the multiple
+# (10x) would let a 10% mistake through, so the leaf says nothing.
+UNJUDGEABLE = 1e-2
+# A leaf that no calibration step moved (one sample a step can leave a
+# small leaf bitwise) is judged against this share of the judged leaves'
+# largest band, not against the floor alone: rounding that moved its
+# siblings may move it in another program. It stays under 1e-4 of the
+# update (the judged bands are under `UNJUDGEABLE`), so the multiple (10x)
+# keeps a 1% mistake, 1e-2, ten times out of its reach.
+SIBLING_SHARE = 1e-2
+
+
+def leaves_of(per_step: list[dict]) -> list[str]:
+  """Every leaf named in any step's errors, in the order first seen."""
+  return list(dict.fromkeys(leaf for step in per_step for leaf in step))
+
+
+def bands(per_step: list[dict], band_of, floor: float) -> dict:
+  """Each leaf's band over the checked steps, and which leaves are judged.
+
+  Args:
+    per_step: the calibration step's errors per checked step, `{leaf:
+      ratio}` (`equivalence.update_errors`; a leaf it left bitwise is
+      absent, i.e. 0).
+    band_of: `lockstep.band_of`, the band of one leaf's list of errors.
+    floor: the band's floor (`lockstep.BAND_FLOOR`).
+
+  Returns:
+    `{"bands": {leaf: band}, "unjudged": {leaf: band}, "band": the judged
+    leaves' largest band, "floor": the band of a leaf no calibration step
+    moved, "flips": {leaf: indices left out as rounding flips}}`.
+  """
+  own, flips = {}, {}
+  for leaf in leaves_of(per_step):
+    own[leaf], left_out = band_of([step.get(leaf, 0.0) for step in per_step])
+    if left_out:
+      flips[leaf] = left_out
+  unjudged = {leaf: b for leaf, b in own.items() if b >= UNJUDGEABLE}
+  judged = {leaf: b for leaf, b in own.items() if leaf not in unjudged}
+  band = max([floor, *judged.values()])
+  sibling_floor = max(floor, SIBLING_SHARE * band)
+  return {"bands": {leaf: max(b, sibling_floor) for leaf, b in judged.items()},
+          "unjudged": unjudged, "band": band, "floor": sibling_floor,
+          "flips": flips}
+
+
+def so_far(per_step: list[dict], floor: float) -> dict:
+  """`bands` while the run goes on: each leaf's median so far (the final
+  band is at least that), for deciding where a step needs a retake."""
+  def median(values):
+    return float(np.median(values)), []
+  return bands(per_step, median, floor) if per_step else {
+      "bands": {}, "unjudged": {}, "band": floor, "floor": floor, "flips": {}}
+
+
+def score(errors: dict | None, judged: dict) -> tuple[float, str]:
+  """A step's errors `{leaf: ratio of the update}` in units of each judged
+  leaf's own band: the largest, and its leaf ("" where none differs). Leaves
+  not judged are skipped; None (no step taken) scores None."""
+  if errors is None:
+    return None, ""
+  worst, where = 0.0, ""
+  for leaf, error in errors.items():
+    if leaf in judged["unjudged"]:
+      continue
+    ratio = error / judged["bands"].get(leaf, judged["floor"])
+    if ratio > worst or not where:
+      worst, where = ratio, leaf
+  return worst, where
