@@ -8,16 +8,28 @@ import numpy as np
 import pytest
 
 from compare._src import equivalence
+from compare._src import leaf_bands
 from compare._src import lockstep
 from compare._src import runner
 from shardport import strategies
 from compare._src import verdicts
 
 
+def _in_bands(errors, band):
+  """Errors of a state with one leaf, as the verdict reads them: ratios to
+  that leaf's band (`compare._src.leaf_bands`)."""
+  return [None if e is None else e / band for e in errors]
+
+
+def _pair(errors, band):
+  return {"errors": errors, "ratios": _in_bands(errors, band),
+          "stopped_bitwise_at": None}
+
+
 def _checks(errors, band=1e-5, multiple=10.0):
   return {"multiple": multiple, "band": band, "checked_steps": len(errors),
           "steps": list(range(1, len(errors) + 1)),
-          "pairs": {"a~b": {"errors": errors, "stopped_bitwise_at": None}}}
+          "pairs": {"a~b": _pair(errors, band)}}
 
 
 @pytest.mark.parametrize("errors, verdict, first", [
@@ -83,9 +95,10 @@ def _witnessed_checks(pairs, witness_errors, steps=10, band=1e-5):
   return {"multiple": 10.0, "band": band, "checked_steps": steps,
           "steps": list(range(1, steps + 1)),
           "port_runs": ["shard_map", "jit"], "witness": "pmap",
-          "witness_errors": witness_errors,
+          "witness_ratios": {run: _in_bands(errors, band)
+                             for run, errors in witness_errors.items()},
           "flip_limit": lockstep.flip_limit(steps),
-          "pairs": {name: {"errors": errors, "stopped_bitwise_at": None}
+          "pairs": {name: _pair(errors, band)
                     for name, errors in pairs.items()}}
 
 
@@ -160,13 +173,13 @@ def test_a_flip_no_witness_shares_is_excused_where_a_nudged_retake_matched():
   nudged = [None] * 9 + [2e-6]
   checks = _witnessed_checks({"jit~reference": FLIP},
                              {"jit": [2e-5] * 9 + [9e-4]})
-  checks["nudged_errors"] = {"jit": nudged}
+  checks["nudged_ratios"] = {"jit": _in_bands(nudged, 1e-5)}
   result = verdicts.lockstep(None, checks)[0]
   assert result["verdict"] == "close" and result["flip_steps"] == [10]
   # Negative controls: the retakes kept the step apart (a mistake stays in
   # every retake), or no retake was taken: it fails at its step.
   for kept in ([None] * 9 + [8e-4], [None] * 10):
-    checks["nudged_errors"] = {"jit": kept}
+    checks["nudged_ratios"] = {"jit": _in_bands(kept, 1e-5)}
     result = verdicts.lockstep(None, checks)[0]
     assert result["verdict"] == "differ" and result["first_fail_step"] == 10
 
@@ -175,7 +188,7 @@ def test_nudged_retakes_excuse_no_more_flips_than_the_limit():
   errors = [1e-5] * 7 + [9e-4] * 3
   checks = _witnessed_checks({"jit~reference": errors}, {})
   checks["witness"] = None
-  checks["nudged_errors"] = {"jit": [None] * 7 + [1e-6] * 3}
+  checks["nudged_ratios"] = {"jit": _in_bands([None] * 7 + [1e-6] * 3, 1e-5)}
   result = verdicts.lockstep(None, checks)[0]
   assert result["verdict"] == "differ" and result["first_fail_step"] == 8
 
@@ -285,3 +298,73 @@ def test_metric_spread_is_the_widest_calibration_runs():
   # whichever run it is; beyond 3x of the 1% floor when none moved.
   assert within(1.0, 1.1, 1.0) and within(1.1, 1.0, 1.0)
   assert not within(1.0, 1.0, 1.0)
+
+
+# Per-leaf bands (`compare._src.leaf_bands`): tests/team_programs'
+# linen_conv_bn, whose convolution bias before BatchNorm has no true
+# gradient: its calibration errors are about its whole update.
+NOISY, KERNEL = "['params']['Conv_0']['bias'] (16,)", "['params']['Dense_0']['kernel'] (16, 10)"
+
+
+def _leaf_checks(pair_errors, calibration):
+  """A lockstep report over leaves, as `Lockstep.report` builds it."""
+  judged = leaf_bands.bands(calibration, lockstep.band_of, lockstep.BAND_FLOOR)
+  return {"multiple": 10.0, "band": judged["band"],
+          "checked_steps": len(pair_errors),
+          "steps": list(range(1, len(pair_errors) + 1)),
+          "pairs": {"port~pmap": {
+              "errors": [max(e.values(), default=0.0) for e in pair_errors],
+              "ratios": [leaf_bands.score(e, judged)[0] for e in pair_errors],
+              "leaves": [leaf_bands.score(e, judged)[1] for e in pair_errors],
+              "stopped_bitwise_at": None}}}, judged
+
+
+CALIBRATION = [{NOISY: 1.2, KERNEL: 2e-6}, {NOISY: 0.9, KERNEL: 3e-6},
+               {NOISY: 1.1, KERNEL: 1e-6}]
+
+
+def test_a_noisy_leaf_loosens_only_itself():
+  plant = [{NOISY: 1.0, KERNEL: 2e-6}, {NOISY: 0.8, KERNEL: 1e-2},
+           {NOISY: 1.0, KERNEL: 1e-2}]  # 1% of the update from step 2
+  checks, judged = _leaf_checks(plant, CALIBRATION)
+  assert judged["unjudged"] == {NOISY: 1.2}
+  assert judged["bands"] == {KERNEL: pytest.approx(3e-6)}
+  result = verdicts.lockstep(None, checks)[0]
+  assert result["verdict"] == "differ" and result["first_fail_step"] == 2
+  assert result["first_fail_leaf"] == KERNEL
+  # Negative control: one band over the whole state (the noisy leaf's, 1.2)
+  # lets the same plant through, as it did before.
+  whole = _checks([max(e.values()) for e in plant], band=1.2)
+  assert verdicts.lockstep(None, whole)[0]["verdict"] == "close"
+
+
+def test_rounding_in_every_leaf_passes_and_the_noisy_leaf_is_not_judged():
+  correct = [{NOISY: 1.3, KERNEL: 2.5e-6}, {NOISY: 5.0, KERNEL: 2.9e-5},
+             {NOISY: 0.7}]
+  checks, _ = _leaf_checks(correct, CALIBRATION)
+  assert verdicts.lockstep(None, checks)[0]["verdict"] == "close"
+
+
+def test_a_leaf_no_calibration_moved_is_judged_against_its_siblings_share():
+  quiet = "['params']['Dense_0']['bias'] (10,)"
+  judged = leaf_bands.bands(CALIBRATION, lockstep.band_of,
+                            lockstep.BAND_FLOOR)
+  # Rounding on it within the floor passes; a 1% mistake on it alone fails.
+  assert judged["floor"] == pytest.approx(lockstep.BAND_FLOOR)
+  assert leaf_bands.score({quiet: 5e-6}, judged)[0] <= 10
+  assert leaf_bands.score({quiet: 1e-2}, judged) == (pytest.approx(1e4),
+                                                      quiet)
+  # With judged siblings at 1e-3, the floor is 1e-5: still 100x under 1%.
+  loud = leaf_bands.bands([{KERNEL: 1e-3}], lockstep.band_of,
+                          lockstep.BAND_FLOOR)
+  assert loud["floor"] == pytest.approx(1e-5)
+  assert leaf_bands.score({quiet: 1e-2}, loud)[0] > 10 * 10
+
+
+def test_a_leaf_at_the_unjudgeable_share_is_named_and_not_judged():
+  judged = leaf_bands.bands([{KERNEL: leaf_bands.UNJUDGEABLE}],
+                            lockstep.band_of, lockstep.BAND_FLOOR)
+  assert KERNEL in judged["unjudged"] and judged["bands"] == {}
+  just_under = leaf_bands.bands([{KERNEL: 0.99 * leaf_bands.UNJUDGEABLE}],
+                                lockstep.band_of, lockstep.BAND_FLOOR)
+  assert KERNEL in just_under["bands"]
