@@ -20,7 +20,8 @@ imports jax::
 
 
 def assert_port_equivalent(port, *, steps=None, check_every: int = 1,
-                           windows: int = 1, control=None):
+                           windows: int = 1, control=None,
+                           one_device: bool = False):
   """Proves `port` (a `compare.Port`) and fails the test where it differs.
 
   Args:
@@ -30,6 +31,7 @@ def assert_port_equivalent(port, *, steps=None, check_every: int = 1,
     windows: timing windows per run (1: a CI run needs no timing).
     control: a negative control to plant (e.g. `"update-1pct-at:5"`), to
       show in the team's own CI that the proof can fail.
+    one_device: prove a port on a 1-device mesh (refused otherwise).
 
   Returns:
     The `compare.Proof`, for further assertions.
@@ -43,7 +45,8 @@ def assert_port_equivalent(port, *, steps=None, check_every: int = 1,
   from compare._src import proof  # pylint: disable=g-import-not-at-top
   try:
     result = proof.prove(port, steps=steps, check_every=check_every,
-                         windows=windows, control=control)
+                         windows=windows, control=control,
+                         one_device=one_device)
   except port_module.PortError as err:
     raise AssertionError(f"{getattr(port, 'name', port)!s}: {err}") from None
   if not result.passed:

@@ -26,7 +26,9 @@ import numpy as np
 
 
 def adapt_step(step: Callable, state_parts: int = 1,
-               batch_keys: Sequence[str] | None = None) -> Callable:
+               batch_keys: Sequence[str] | None = None, *,
+               step_index: bool = False,
+               static_args: Sequence[Any] = ()) -> Callable:
   """`step` of another signature as `(state, batch) -> (state, metrics)`.
 
   Args:
@@ -37,21 +39,42 @@ def adapt_step(step: Callable, state_parts: int = 1,
     batch_keys: the batch's arrays, by key, passed as the following
       arguments (`("xs", "ys")` for `update(params, xs, ys)`); None passes
       the batch whole as one argument.
+    step_index: the step takes the optimiser step's index first and does
+      not return it (`jax.example_libraries.optimizers`' `update(i,
+      opt_state, batch)`): the state is then `(i, *parts)`, the index
+      counted here (a `Port`'s init gives `(0, opt_init(params))`; under
+      pmap the index is stacked with the state, so its pmap maps it too).
+    static_args: values passed after the batch's arguments, as written at
+      the call (`p_step(state, batch, True)` with
+      `static_broadcasted_argnums=(2,)`): `static_args=(True,)`.
 
   Returns:
     The step in the harness's shape. The outputs after the state's are the
-    metrics: one is taken as it is (a scalar loss, a tuple or a dict).
+    metrics: one is taken as it is (a scalar loss, a tuple or a dict); a
+    step that returns only its state reports no metrics, which the harness
+    refuses (it needs a loss).
 
   Example:
     `compare.adapt_step(update, batch_keys=("xs", "ys"))` for the pmap
-    tutorial's `update(params, xs, ys) -> (params, loss)`.
+    tutorial's `update(params, xs, ys) -> (params, loss)`;
+    `compare.adapt_step(update, step_index=True)` for `update(i,
+    opt_state, batch) -> (opt_state, loss)`.
   """
   def adapted(state, batch):
-    parts = (state,) if state_parts == 1 else tuple(state)
+    index, state = (state[0], state[1:]) if step_index else (None, state)
+    if step_index:
+      parts = state if state_parts > 1 else (state[0],)
+    else:
+      parts = (state,) if state_parts == 1 else tuple(state)
     args = ((batch,) if batch_keys is None
             else tuple(batch[key] for key in batch_keys))
-    out = step(*parts, *args)
+    out = step(*((index,) if step_index else ()), *parts, *args,
+               *static_args)
+    # A NamedTuple (an optimiser state) is one output, not several.
+    out = out if type(out) is tuple else (out,)  # pylint: disable=unidiomatic-typecheck
     new = out[0] if state_parts == 1 else tuple(out[:state_parts])
+    if step_index:
+      new = (index + 1, *((new,) if state_parts == 1 else new))
     rest = out[state_parts:]
     return new, (rest[0] if len(rest) == 1 else tuple(rest))
 
@@ -91,17 +114,49 @@ class HeldState:
 
 
 def hold(state) -> HeldState:
-  """`state` held with a step counter at 0 (int32, as jax makes it)."""
-  return HeldState(params=state, opt_state=(), step=np.zeros((), np.int32))
+  """`state`'s arrays held with a step counter at 0 (int32, as jax makes
+  it); its other leaves are kept apart (`partition`)."""
+  arrays, _ = partition(state)
+  return HeldState(params=arrays, opt_state=(),
+                   step=np.zeros((), np.int32))
 
 
-def held_step(step: Callable, compiled: bool) -> Callable:
+def is_array(leaf) -> bool:
+  """Whether a leaf of a team's state is data the harness places and
+  compares: an array, or a Python number (which jax makes an array of);
+  a string, a bool, a callable or any other object is part of the program
+  (an equinox BatchNorm's `axis_name` and `inference`), as
+  `eqx.partition(model, eqx.is_array)` takes it."""
+  return (isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float,
+                            complex)) and not isinstance(leaf, bool))
+
+
+def partition(tree) -> tuple[Any, Any]:
+  """`(arrays, the rest)`: two trees of `tree`'s shape, each with None
+  where the other has the leaf (equinox's `partition`)."""
+  arrays = jax.tree.map(lambda x: x if is_array(x) else None, tree)
+  rest = jax.tree.map(lambda x: None if is_array(x) else x, tree)
+  return arrays, rest
+
+
+def combine(arrays, rest) -> Any:
+  """`partition`'s two trees as one again (equinox's `combine`)."""
+  return jax.tree.map(lambda a, r: r if a is None else a, arrays, rest,
+                      is_leaf=lambda x: x is None)
+
+
+def held_step(step: Callable, compiled: bool, rest=None) -> Callable:
   """The team's `step` on its own state, run on a `HeldState`: the counter
-  advances by one per call, the metrics become a dict. `compiled` jits the
-  wrapper (a jitted port or reference step: it lowers, so its compile time
-  and collectives are measured); a pmap'd step is called from Python."""
+  advances by one per call, the metrics become a dict; `rest`, the state's
+  leaves that are not arrays (`partition`), joins the arrays for the call.
+  `compiled` jits the wrapper (a jitted port or reference step: it lowers,
+  so its compile time and collectives are measured); a pmap'd step is
+  called from Python."""
   def run(held, batch):
-    state, metrics = step(held.params, batch)
+    state = held.params if rest is None else combine(held.params, rest)
+    state, metrics = step(state, batch)
+    if rest is not None:
+      state, _ = partition(state)
     return (held.replace(params=state, step=held.step + 1),
             metrics_dict(metrics))
 

@@ -369,8 +369,12 @@ def flip_limit(checked_steps: int) -> int:
 
 
 def place(run, host, step: int):
-  """The canonical host state `host` (after `step` optimiser steps) as
-  `run`'s train state, in its own layout, through its checkpoint layout."""
+  """The host state `host` (after `step` optimiser steps) as `run`'s train
+  state, in its own layout: a run that keeps its own view of the state
+  places it itself (`from_host`, a `Port`'s runs); our strategies' runs
+  through their checkpoint layout, from the canonical fields."""
+  if hasattr(run.module, "from_host"):
+    return run.module.from_host(host, run.placement, run.state)
   like = run.initial
   like_tree = checkpoints.saved_fields(like)
   layout = run.module.CHECKPOINTS

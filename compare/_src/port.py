@@ -55,6 +55,16 @@ class Port:
     evaluate: optional test metrics of a host state (the program's own
       state), `state -> {name: float}`; at the end each run's final-state
       evaluation is compared on one shared state.
+    port_init: optional: the port's own initial state (or a function
+      returning it), where the port builds its own (its `TrainState` with
+      its own `tx` and schedule): its leaves must be those of `init`'s, and
+      the port's steps run on it, so its optimiser is what is proved.
+      Without it both sides start from `init`.
+
+  A state's leaves that are not arrays (an equinox module's strings, bools
+  and callables) are held apart and joined again for each call of a step,
+  as `eqx.partition(model, eqx.is_array)` does; only its arrays are placed
+  and compared.
   """
 
   name: str
@@ -66,6 +76,7 @@ class Port:
   steps: int
   reference_step: Callable | None = None
   evaluate: Callable[[Any], dict] | None = None
+  port_init: Any = None
 
 
 class Batches:
@@ -108,33 +119,59 @@ class Batches:
     return out
 
 
-def initial_state(port: Port):
-  """The port's initial host state: a flax struct train state as it is,
-  any other pytree (a NamedTuple, a tuple of params and optimiser state, a
-  dict) held with the harness's own step counter (`adapt.HeldState`)."""
-  state = _called("init", port.init) if callable(port.init) else port.init
-  if not jax.tree.leaves(state):
-    raise PortError(f"init: the state holds no arrays (got "
+def initial_state(port: Port, field: str = "init"):
+  """The port's initial host state (`field`: `init`, or the port's own
+  `port_init`): a flax struct train state as it is, any other pytree (a
+  NamedTuple, a tuple of params and optimiser state, a dict, an equinox
+  model) held with the harness's own step counter (`adapt.HeldState`).
+
+  Returns:
+    `(state, rest)`: the host state, and the leaves that are not arrays
+    (`adapt.partition`; None where every leaf is one).
+  """
+  given = getattr(port, field)
+  state = _called(field, given) if callable(given) else given
+  leaves = jax.tree_util.tree_leaves_with_path(state)
+  if not any(adapt.is_array(x) for _, x in leaves):
+    raise PortError(f"{field}: the state holds no arrays (got "
                     f"{type(state).__name__})")
+  rest = None
   if not adapt.is_train_state(state):
+    if not all(adapt.is_array(x) for _, x in leaves):
+      rest = adapt.partition(state)[1]
     state = adapt.hold(state)
+  else:
+    for path, x in leaves:
+      if not adapt.is_array(x):
+        raise PortError(
+            f"{field}: leaf {jax.tree_util.keystr(path)} of the train state "
+            f"is a {type(x).__name__}, not an array: make it a static field "
+            "(flax.struct.field(pytree_node=False))")
   # Python scalars (TrainState.create's step) as the arrays jax makes of
   # them (int32 unless x64): the dtypes the steps return.
-  return adapt.to_numpy(state)
+  return adapt.to_numpy(state), rest
 
 
-def in_harness_shape(port: Port, state) -> Port:
+def in_harness_shape(port: Port, state, rest=None, port_rest=None) -> Port:
   """`port` with its steps (and `evaluate`) taking the state the harness
-  holds: a held state's run the team's own on its tree. A train state's
-  are left as written (their metrics become a dict as they are read)."""
+  holds: a held state's run the team's own on its tree, its leaves that
+  are not arrays (`rest`, the port's own `port_rest`) joined again. A
+  train state's are left as written (their metrics become a dict as they
+  are read)."""
   if not isinstance(state, adapt.HeldState):
     return port
-  steps = {f: adapt.held_step(getattr(port, f), compiled=f != "pmap_step")
+  rests = {"pmap_step": rest, "port_step": port_rest,
+           "reference_step": rest}
+  steps = {f: adapt.held_step(getattr(port, f), compiled=f != "pmap_step",
+                              rest=rests[f])
            for f in ("pmap_step", "port_step", "reference_step")
            if getattr(port, f) is not None}
   evaluate = port.evaluate
   if evaluate is not None:
-    evaluate = lambda held: port.evaluate(adapt.tree_of(held))  # pylint: disable=unnecessary-lambda-assignment
+    def evaluate(held):
+      tree = adapt.tree_of(held)
+      return port.evaluate(tree if rest is None
+                           else adapt.combine(tree, rest))
   return dataclasses.replace(port, evaluate=evaluate, **steps)
 
 
@@ -187,6 +224,8 @@ class Checked:
     rows: the global batch's rows.
     pmap_layout: how pmap's step takes the state: `STACKED` or
       `BROADCAST`.
+    port_state: the port's own initial host state (`port_init`), else
+      `state`.
   """
 
   port: Port
@@ -194,6 +233,7 @@ class Checked:
   batches: Batches
   rows: int
   pmap_layout: str
+  port_state: Any = None
 
 
 def check(port: Port) -> Checked:
@@ -201,15 +241,31 @@ def check(port: Port) -> Checked:
   if not isinstance(port, Port):
     raise PortError(f"expected a compare.Port, got {type(port).__name__}")
   _check_callables(port)
-  state = initial_state(port)
-  port = in_harness_shape(port, state)
+  state, rest = initial_state(port)
+  port_state, port_rest = state, rest
+  if port.port_init is not None:
+    port_state, port_rest = initial_state(port, "port_init")
+    problem = (port_steps.tree_difference(port_state, state, "port_init's "
+                                          "state", "init's")
+               or _held_differently(port_state, state))
+    if problem:
+      raise PortError(problem)
+  port = in_harness_shape(port, state, rest, port_rest)
   batches = Batches(port.batches)
   batch = _called("batches", batches, 0)
   rows = port_steps.check_batch(batch, port.mesh.size)
-  layout = port_steps.check_steps(port, state, batch)
+  layout = port_steps.check_steps(port, state, batch, port_state)
   if port.evaluate is not None:
     _check_metrics(_called("evaluate", port.evaluate, state))
-  return Checked(port, state, batches, rows, layout)
+  return Checked(port, state, batches, rows, layout, port_state)
+
+
+def _held_differently(port_state, state) -> str | None:
+  if isinstance(port_state, adapt.HeldState) == isinstance(
+      state, adapt.HeldState):
+    return None
+  return ("port_init's state is a train state where init's is not (or the "
+          "other way round): both sides hold the state the same way")
 
 
 def _check_metrics(metrics) -> None:

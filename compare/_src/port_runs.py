@@ -22,7 +22,6 @@ from shardport.strategies.strategy import Strategy
 from shardport.strategies.tolerances import Tolerance
 from legacy_pmap import devices as pmap_devices
 from sharded import devices as mesh_devices
-from shardport.workloads import canonical
 
 FIRST_STEP = Tolerance(rtol=1e-5, atol=1e-5, reason=(
     "after one step from the same state the runs differ only in summation "
@@ -48,8 +47,24 @@ class PortConfig:
   learning_rate: float | None = None
 
 
+def program_fields(state) -> dict:
+  """Every pytree field of a train state as the program holds it: no
+  canonical view (an optax.MultiSteps state keeps its accumulated
+  gradients and mini-step counter, the step counter counts calls), so
+  that every leaf of a team's state is compared."""
+  return {field.name: getattr(state, field.name)
+          for field in dataclasses.fields(state)
+          if field.metadata.get("pytree_node", True)}
+
+
 class _Run:
-  """One run of a `Port` (`shardport.strategies.protocol.StrategyModule`)."""
+  """One run of a `Port` (`shardport.strategies.protocol.StrategyModule`).
+
+  The lockstep checks place a host state in the run's layout through
+  `from_host`, from `program_fields` (`to_host`): every leaf from the host,
+  none kept from an earlier state, so a step that donates its state never
+  meets a buffer it gave away.
+  """
 
   PROCESS_LOCAL_BATCH = False
   STEP_TAKES_HOST_LOCAL = False
@@ -70,7 +85,19 @@ class _Run:
         k: float(v) for k, v in evaluate(self.host_state(state)).items()})
 
   def to_host(self, state):
-    return jax.device_get(canonical.fields(self.host_state(state)))
+    return jax.device_get(program_fields(self.host_state(state)))
+
+  def create_state(self, seed, config, placement):
+    del seed, config
+    return self.place(self._state, placement)
+
+  def from_host(self, host, placement, like):
+    """`to_host`'s fields as a state in this run's layout, with the pytree
+    metadata of `like` (the run's own state: its compiled step is
+    specialised to it)."""
+    state = self.place(self._state.replace(**host), placement)
+    return jax.tree.unflatten(jax.tree.structure(like),
+                              jax.tree.leaves(state))
 
 
 class PmapRun(_Run):
@@ -89,9 +116,8 @@ class PmapRun(_Run):
     return [d for d in self._port.mesh.devices.flat
             if d.process_index == jax.process_index()]
 
-  def create_state(self, seed, config, placement):
-    del seed, config
-    return conversions.replicate(self._state, placement)
+  def place(self, state, placement):
+    return conversions.replicate(state, placement)
 
   def put_batch(self, batch, placement):
     return conversions.to_devices(
@@ -116,9 +142,9 @@ class BroadcastPmapRun(PmapRun):
 
   CHECKPOINTS = mesh_devices
 
-  def create_state(self, seed, config, placement):
-    del seed, config
-    return conversions.to_mesh(self._state, self._port.mesh)
+  def place(self, state, placement):
+    del placement
+    return conversions.to_mesh(state, self._port.mesh)
 
   def host_state(self, state):
     return jax.device_get(state)
@@ -135,9 +161,8 @@ class MeshRun(_Run):
     del n_devices
     return self._port.mesh
 
-  def create_state(self, seed, config, placement):
-    del seed, config
-    return conversions.to_mesh(self._state, placement)
+  def place(self, state, placement):
+    return conversions.to_mesh(state, placement)
 
   def put_batch(self, batch, placement):
     return conversions.shard_batch(batch, placement)
@@ -160,9 +185,8 @@ class ReferenceRun(MeshRun):
     del n_devices
     return OneDevice(jax.local_devices()[0], self._port.mesh.size)
 
-  def create_state(self, seed, config, placement):
-    del seed, config
-    return jax.device_put(self._state, placement.device)
+  def place(self, state, placement):
+    return jax.device_put(state, placement.device)
 
   def put_batch(self, batch, placement):
     return jax.device_put(batch, placement.device)
@@ -187,7 +211,8 @@ class PortStrategy(Strategy):
     pmap = (PmapRun if checked.pmap_layout == port_steps.STACKED
             else BroadcastPmapRun)
     runs = [RunSpec("pmap", pmap(port, state, port.pmap_step), "pmap"),
-            RunSpec("port", MeshRun(port, state, port.port_step), "port")]
+            RunSpec("port", MeshRun(port, checked.port_state,
+                                    port.port_step), "port")]
     if port.reference_step is not None:
       runs.append(RunSpec("reference", ReferenceRun(
           port, state, port.reference_step), "reference"))

@@ -21,7 +21,14 @@ class PortError(ValueError):
 
 
 def one_line(err) -> str:
-  first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+  """`err` in one line: its type and first line, and the next where the
+  first only announces it (jax's pytree errors put the key path there:
+  `different types at key path` / `    state.opt_state`)."""
+  lines = [line.strip() for line in str(err).strip().splitlines()
+           if line.strip()]
+  first = lines[0] if lines else ""
+  if len(lines) > 1 and (first.endswith(":") or first.endswith("key path")):
+    first = f"{first} {lines[1]}"
   return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
@@ -126,9 +133,10 @@ def _trace_pmap(port: Any, state, batch):
     return out, metrics, BROADCAST
 
 
-def check_steps(port: Any, state, batch) -> str:
+def check_steps(port: Any, state, batch, port_state=None) -> str:
   """Traces every step on abstract values: each must return the state's
-  tree (leaves, shapes, dtypes), a scalar loss and pmap's metrics.
+  tree (leaves, shapes, dtypes), a scalar loss and pmap's metrics; the
+  port's step on its own initial state (`port_state`), where it has one.
 
   Returns:
     pmap's layout of the state, `STACKED` or `BROADCAST`.
@@ -141,14 +149,15 @@ def check_steps(port: Any, state, batch) -> str:
   _check_loss(pmap_metrics, "pmap_step", ((n,), ()))
   problem = tree_difference(pmap_state, state, "pmap_step's state",
                             "the initial state")
-  on_mesh = _abstract(state, NamedSharding(port.mesh, P()))
+  port_state = state if port_state is None else port_state
+  on_mesh = _abstract(port_state, NamedSharding(port.mesh, P()))
   rows = NamedSharding(port.mesh, P(port.mesh.axis_names))
-  port_state, metrics = _trace("port_step", port.port_step, on_mesh,
-                               _abstract(batch, rows))
+  port_out, metrics = _trace("port_step", port.port_step, on_mesh,
+                             _abstract(batch, rows))
   _check_loss(metrics, "port_step", ((),))
-  problem = problem or tree_difference(port_state, pmap_state,
+  problem = problem or tree_difference(port_out, pmap_state,
                                        "port_step's state", "pmap_step's")
-  problem = problem or _static_difference(port_state, state, "port_step")
+  problem = problem or _static_difference(port_out, port_state, "port_step")
   problem = problem or _same_metrics(metrics, pmap_metrics, "port_step",
                                      "pmap_step")
   if port.reference_step is not None and not problem:

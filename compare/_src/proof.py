@@ -91,9 +91,17 @@ def _control(strategy, control, steps):
   return control
 
 
+ONE_DEVICE = (
+    "mesh: 1 device: the port's collectives (pmean, psum, all_gather) do "
+    "nothing on one device, so a wrong port would pass; emulate devices "
+    "before jax starts (XLA_FLAGS=--xla_force_host_platform_device_count=8, "
+    "jax.config.update('jax_num_cpu_devices', 8), or shardport_devices = 8 "
+    "in pytest's ini) or pass one_device=True to prove it anyway")
+
+
 def prove(port, *, steps: int | None = None, control=None,
           check_every: int = 1, windows: int = 10,
-          progress: bool = False) -> Proof:
+          progress: bool = False, one_device: bool = False) -> Proof:
   """Proves a team's port: every run from the same state on the same batches.
 
   Args:
@@ -104,18 +112,23 @@ def prove(port, *, steps: int | None = None, control=None,
     check_every: lockstep checks at step 1, every K-th step and the last.
     windows: timing windows per run.
     progress: a progress bar on stderr.
+    one_device: prove a port whose mesh has one device (refused otherwise:
+      its collectives are the identity there, so a wrong one passes).
 
   Returns:
     The `Proof`.
 
   Raises:
     PortError: a `Port` that cannot be proved as described (or not a
-      `Port`), before anything compiles.
+      `Port`, or on one device unasked), before anything compiles.
   """
   import jax  # pylint: disable=g-import-not-at-top
   if not isinstance(port, port_module.Port):
     raise port_module.PortError(
         f"prove takes a compare.Port, got {type(port).__name__}")
+  if (isinstance(port.mesh, jax.sharding.Mesh) and port.mesh.size == 1
+      and not one_device):
+    raise port_module.PortError(ONE_DEVICE)
   strategy, config = prepare(port, steps)
   # Devices per process, as for our strategies (the mesh spans them all).
   return prove_strategy(strategy, config, None,

@@ -16,6 +16,7 @@ import shutil
 import sys
 import tempfile
 
+from shardport.launch import emulation
 from compare._src import rewrite_file
 from compare._src.rewrite_file import RewriteError
 
@@ -149,6 +150,10 @@ def report_lines(results) -> list[str]:
 
 def main(argv=None) -> int:
   args = build_parser().parse_args(argv)
+  if args.prove:
+    # As `python -m compare` does: 8 emulated CPU devices unless XLA_FLAGS
+    # sets a count (a 1-device mesh is refused: `compare.prove`).
+    emulation.set_cpu_device_count(None)
   port = None
   try:
     pairs = _check_args(args)

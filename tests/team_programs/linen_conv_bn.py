@@ -20,12 +20,14 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 
 class CNN(nn.Module):
+  bn_axis: str | None = "batch"
 
   @nn.compact
   def __call__(self, x, train: bool):
     x = nn.Conv(16, (3, 3), use_bias=True)(x)
+    # axis_name: the batch statistics averaged over the devices.
     x = nn.BatchNorm(use_running_average=not train, momentum=0.9,
-                     axis_name="batch" if train else None)(x)
+                     axis_name=self.bn_axis if train else None)(x)
     x = nn.relu(x)
     x = x.mean(axis=(1, 2))
     return nn.Dense(10)(x)
@@ -39,7 +41,7 @@ def create_state(multi_steps: int = 0, seed: int = 0, steps: int = 40):
   model = CNN()
   variables = model.init(jax.random.PRNGKey(seed), jnp.ones((1, 8, 8, 1)),
                          train=False)
-  schedule = optax.warmup_cosine_decay_schedule(0.0, 3e-3, 5, steps)
+  schedule = optax.warmup_cosine_decay_schedule(1e-4, 3e-3, 5, steps)
   tx = optax.adam(schedule)
   if multi_steps:
     tx = optax.MultiSteps(tx, every_k_schedule=multi_steps)
@@ -58,9 +60,9 @@ def batches(rows: int = 64):
 
 
 def train_step(state, batch, axis_name="batch", reduce=jax.lax.pmean,
-               stats_reduce=jax.lax.pmean):
+               accuracy_reduce=jax.lax.pmean, apply_fn=None):
   def loss_fn(params):
-    logits, updates = state.apply_fn(
+    logits, updates = (apply_fn or state.apply_fn)(
         {"params": params, "batch_stats": state.batch_stats},
         batch["image"], train=True, mutable=["batch_stats"])
     loss = optax.softmax_cross_entropy_with_integer_labels(
@@ -70,12 +72,12 @@ def train_step(state, batch, axis_name="batch", reduce=jax.lax.pmean,
       loss_fn, has_aux=True)(state.params)
   grads = reduce(grads, axis_name)
   state = state.apply_gradients(grads=grads)
-  state = state.replace(batch_stats=stats_reduce(updates["batch_stats"],
-                                                 axis_name))
-  metrics = {"loss": loss,
-             "accuracy": jnp.mean(jnp.argmax(logits, -1) == batch["label"]),
+  state = state.replace(batch_stats=updates["batch_stats"])
+  accuracy = jnp.mean(jnp.argmax(logits, -1) == batch["label"])
+  metrics = {"loss": jax.lax.pmean(loss, axis_name),
+             "accuracy": accuracy_reduce(accuracy, axis_name),
              "grad_norm": optax.global_norm(grads)}
-  return state, jax.lax.pmean(metrics, axis_name)
+  return state, metrics
 
 
 p_train_step = jax.pmap(train_step, axis_name="batch", donate_argnums=(0,))
@@ -107,7 +109,31 @@ def psum_grads(mesh):
   return make_port_step(mesh, reduce=jax.lax.psum)
 
 
-def local_stats(mesh):
-  """Wrong: BatchNorm statistics left per device (the first device's
-  kept), not averaged."""
-  return make_port_step(mesh, stats_reduce=lambda x, _: x)
+def local_accuracy(mesh):
+  """Wrong: the accuracy left per device (the port reports the first
+  device's), the loss averaged: only the second metric is wrong."""
+  return make_port_step(mesh, accuracy_reduce=lambda x, _: x)
+
+
+def bn_no_axis(mesh):
+  """Wrong: the port's model built without BatchNorm's axis_name ("a mesh
+  has no named axes in the model"): each device normalises by its own
+  rows' statistics, and keeps its own running ones (the first device's
+  come out)."""
+  return make_port_step(mesh, apply_fn=CNN(bn_axis=None).apply)
+
+
+WRONG = ("psum_grads", "bn_no_axis", "default_vma", "local_accuracy")
+
+
+def port(wrong=None, steps=10, multi_steps=0, devices=8):
+  """The program and its port (`wrong`: one of `WRONG`) as a compare.Port."""
+  import compare  # pylint: disable=g-import-not-at-top
+  mesh = make_mesh(devices)
+  make = make_port_step if wrong is None else globals()[wrong]
+  return compare.Port(
+      name="linen_conv_bn" + (f"_multisteps{multi_steps}" if multi_steps
+                              else ""),
+      init=lambda: create_state(multi_steps, steps=steps),
+      pmap_step=p_train_step, port_step=make(mesh), mesh=mesh,
+      batches=batches(), steps=steps)

@@ -1,0 +1,87 @@
+"""Team programs written elsewhere, proved through the public API only
+(tests/team_programs): every correct port passes, every wrong port fails at
+its step, a 1% plant fails where it starts, a donating port gets a
+verdict, and a 1-device mesh is refused."""
+
+import importlib
+
+import pytest
+
+import compare
+from tests.team_programs import linen_conv_bn
+
+STEPS = 8
+
+
+def _program(name):
+  return importlib.import_module(f"tests.team_programs.{name}")
+
+
+def _first_step(proof) -> int | None:
+  """The step `proof.first_failure` names ("first at step N: ...")."""
+  if proof.first_failure is None:
+    return None
+  return int(proof.first_failure.split("first at step ")[1].split(":")[0])
+
+
+# Each program's wrong ports and the step each must fail at.
+WRONG_PORTS = {
+    "linen_conv_bn": {"psum_grads": 1, "bn_no_axis": 1, "default_vma": 1,
+                      "local_accuracy": 1},
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG_PORTS))
+def test_a_correct_port_passes(name):
+  proof = compare.prove(_program(name).port(steps=STEPS), windows=1)
+  assert proof.verdict == "pass", proof.table()
+
+
+@pytest.mark.parametrize("name, wrong", [
+    (name, wrong) for name, ports in sorted(WRONG_PORTS.items())
+    for wrong in ports])
+def test_a_wrong_port_fails_at_its_step(name, wrong):
+  proof = compare.prove(_program(name).port(wrong, steps=STEPS), windows=1)
+  assert proof.verdict == "fail"
+  assert _first_step(proof) == WRONG_PORTS[name][wrong], proof.first_failure
+
+
+@pytest.mark.parametrize("control, step", [
+    ("update-1pct-at:1", 1), ("update-1pct-at:6", 6),
+    ("update-1pct-from:6", 6)])
+def test_a_one_percent_plant_beside_a_rounding_noise_leaf_fails_at_its_step(
+    control, step):
+  # The convolution's bias before BatchNorm has no true gradient: its band
+  # is its whole update. Judged over the whole state, it hid these plants.
+  proof = compare.prove(linen_conv_bn.port(steps=STEPS), control=control,
+                        windows=1)
+  assert _first_step(proof) == step, proof.table()
+  unjudged = proof.report["lockstep"]["unjudged_leaves"]
+  assert list(unjudged) == ["['params']['Conv_0']['bias'] (16,)"]
+  assert "not judged" in proof.table() and "Conv_0" in proof.table()
+
+
+def test_a_donating_multisteps_port_gets_a_verdict_at_step_one():
+  # optax.MultiSteps(k=4), both steps donate their state: the lockstep
+  # placement once reused the accumulator's buffers from the initial state
+  # (a segfault after "Buffer has been deleted or donated"), and the
+  # accumulated gradients were never compared, so psum-for-pmean showed
+  # only at step 4, the first real update.
+  right = compare.prove(linen_conv_bn.port(steps=STEPS, multi_steps=4),
+                        windows=1)
+  assert right.verdict == "pass", right.table()
+  wrong = compare.prove(linen_conv_bn.port("psum_grads", steps=STEPS,
+                                           multi_steps=4), windows=1)
+  assert _first_step(wrong) == 1, wrong.first_failure
+  assert "acc_grads" in wrong.first_failure
+
+
+def test_a_one_device_mesh_is_refused_unless_asked_for():
+  port = linen_conv_bn.port(steps=STEPS, devices=1)
+  with pytest.raises(compare.PortError, match="mesh: 1 device.*emulate"):
+    compare.prove(port)
+  with pytest.raises(AssertionError, match="mesh: 1 device"):
+    compare.testing.assert_port_equivalent(port)
+  # Asked for, it runs (and proves nothing about the collectives).
+  assert compare.prove(port, steps=2, one_device=True,
+                       windows=1).verdict == "pass"
