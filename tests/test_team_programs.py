@@ -28,6 +28,13 @@ def _first_step(proof) -> int | None:
 WRONG_PORTS = {
     "linen_conv_bn": {"psum_grads": 1, "bn_no_axis": 1, "default_vma": 1,
                       "local_accuracy": 1},
+    "nnx_bn_dropout": {"local_bn": 1, "same_dropout_key": 1},
+    "equinox_bn": {"local_grads": 1, "local_loss": 1},
+    "stax_optimizers": {"default_vma": 1, "local_loss": 1},
+    "static_flag_donate": {"flag_lost": 1, "rng_not_split": 1},
+    # Its schedule's first value is init_value on both sides: the port's
+    # own warm-up, counted in per-device batches, parts from step 2.
+    "own_optimizer": {"warmup_per_device": 2, "decay_by_name": 1},
 }
 
 
@@ -85,3 +92,16 @@ def test_a_one_device_mesh_is_refused_unless_asked_for():
   # Asked for, it runs (and proves nothing about the collectives).
   assert compare.prove(port, steps=2, one_device=True,
                        windows=1).verdict == "pass"
+
+
+def test_a_port_init_whose_non_array_leaves_differ_is_refused():
+  # The equinox port's BatchNorm built with axis_name="batch" where the
+  # program's has ("batch", "devices"): the same arrays, another pytree,
+  # which crashed mid-run before.
+  from tests.team_programs import equinox_bn  # pylint: disable=g-import-not-at-top
+  port = equinox_bn.port(steps=STEPS)
+  port = type(port)(**{**vars(port), "port_init": lambda: equinox_bn.create(
+      axis_name="batch")})
+  with pytest.raises(compare.PortError, match="port_init's state has "
+                     "init's arrays but another pytree"):
+    compare.prove(port)

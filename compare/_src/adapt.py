@@ -42,8 +42,10 @@ def adapt_step(step: Callable, state_parts: int = 1,
     step_index: the step takes the optimiser step's index first and does
       not return it (`jax.example_libraries.optimizers`' `update(i,
       opt_state, batch)`): the state is then `(i, *parts)`, the index
-      counted here (a `Port`'s init gives `(0, opt_init(params))`; under
-      pmap the index is stacked with the state, so its pmap maps it too).
+      counted here (a `Port`'s init gives `(0, opt_init(params))`). The
+      step gets one index, as a training loop gives it (a pmap takes it
+      with `in_axes=None`), where pmap's stacked state holds a copy per
+      device.
     static_args: values passed after the batch's arguments, as written at
       the call (`p_step(state, batch, True)` with
       `static_broadcasted_argnums=(2,)`): `static_args=(True,)`.
@@ -68,7 +70,9 @@ def adapt_step(step: Callable, state_parts: int = 1,
       parts = (state,) if state_parts == 1 else tuple(state)
     args = ((batch,) if batch_keys is None
             else tuple(batch[key] for key in batch_keys))
-    out = step(*((index,) if step_index else ()), *parts, *args,
+    # pmap's stacked state holds a copy of the index per device.
+    given = index[0] if step_index and np.ndim(index) else index
+    out = step(*((given,) if step_index else ()), *parts, *args,
                *static_args)
     # A NamedTuple (an optimiser state) is one output, not several.
     out = out if type(out) is tuple else (out,)  # pylint: disable=unidiomatic-typecheck

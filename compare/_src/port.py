@@ -261,11 +261,19 @@ def check(port: Port) -> Checked:
 
 
 def _held_differently(port_state, state) -> str | None:
-  if isinstance(port_state, adapt.HeldState) == isinstance(
+  """Where `port_init`'s state has `init`'s arrays but not its pytree (a
+  train state on one side only, or leaves that are not arrays, such as an
+  equinox BatchNorm's `axis_name`, of another shape), in words."""
+  if isinstance(port_state, adapt.HeldState) != isinstance(
       state, adapt.HeldState):
+    return ("port_init's state is a train state where init's is not (or the "
+            "other way round): both sides hold the state the same way")
+  if not isinstance(state, adapt.HeldState) or (
+      jax.tree.structure(port_state) == jax.tree.structure(state)):
     return None
-  return ("port_init's state is a train state where init's is not (or the "
-          "other way round): both sides hold the state the same way")
+  return ("port_init's state has init's arrays but another pytree: its "
+          "leaves that are not arrays (a string, a tuple of axis names, a "
+          "bool) are not init's; both sides' programs must hold them alike")
 
 
 def _check_metrics(metrics) -> None:

@@ -93,7 +93,7 @@ def _pair_line(v):
                    + f" {v['b']}'s (digest)")
   if v["at"] == "lockstep":
     return head + (
-        f"at most {v['max_ratio']:.2f}x a leaf's one-step band (step "
+        f"at most {v['max_ratio']:.2f}x the one-step band (step "
         f"{v['worst_step']}), allowed {v['allowed_ratio']:g}x"
         + (f"; first over at step {v['first_fail_step']} "
            f"({v['first_fail_ratio']:.3g}x)" if v["first_fail_step"] else "")
@@ -124,8 +124,12 @@ def _lockstep_lines(report):
   lines = [f"lockstep: {checks['checked_steps']} of {report['steps']} steps "
            f"checked (step 1, every {checks['check_every']}, the last), each "
            f"run's step from the {truth}'s state against the {truth}'s "
-           f"step with {change}: each leaf judged against its own band, "
-           f"the largest {checks['band']:.2e} of the update; "
+           f"step with {change}: "
+           # A report measured before the leaves had bands of their own
+           # (docs/measured) says what its run did: one band.
+           + (f"each leaf judged against its own band, the largest "
+              if "leaves" in checks else "band ")
+           + f"{checks['band']:.2e} of the update; "
            f"{checks['extra_steps']} extra steps, "
            f"{checks['seconds']:.1f} s"]
   if checks.get("leaves") is not None:

@@ -324,7 +324,7 @@ def first_failure(verdicts: list[dict]) -> str | None:
     if "band_ratio" in v:
       return (f"first at step 1: {v['a']} vs {v['b']}, each from its own "
               f"initial state, differ by {v['band_ratio']:.3g}x the "
-              f"leaf's one-step band (allowed {v['allowed_ratio']:g}x), at "
+              f"one-step band (allowed {v['allowed_ratio']:g}x), most at "
               f"{v.get('band_leaf') or v['worst']}")
     return (f"first at step 1: {v['a']} vs {v['b']} differ by "
             f"{v['max_abs']:.3g} at {v['worst']} (rtol {v['rtol']:g}, atol "
@@ -343,9 +343,9 @@ def first_failure(verdicts: list[dict]) -> str | None:
               f"{m['allowed']:.3g})")
     return (f"first at step {v['first_fail_step']}: {v['a']} vs {v['b']}, "
             "their steps from the shared state differ by "
-            f"{v['first_fail_ratio']:.3g}x the leaf's one-step band (allowed "
+            f"{v['first_fail_ratio']:.3g}x the one-step band (allowed "
             f"{v['allowed_ratio']:g}x)"
-            + (f", at {v['first_fail_leaf']}" if v.get("first_fail_leaf")
+            + (f", most at {v['first_fail_leaf']}" if v.get("first_fail_leaf")
                else ""))
   ends = [v for v in failing if v["at"] == "final" and "shared_eval" in v]
   if ends:

@@ -75,7 +75,7 @@ def train_step(graphdef, state, batch, per_device_dropout=True):
   """
   model, optimizer = nnx.merge(graphdef, state)
   key = jax.random.fold_in(jax.random.key(DROPOUT_SEED),
-                           optimizer.step.value)
+                           optimizer.step[...])
   if per_device_dropout:
     key = jax.random.fold_in(key, jax.lax.axis_index(AXIS))
 
@@ -150,6 +150,8 @@ WRONG = ("local_bn", "same_dropout_key")
 def port(wrong=None, steps=10):
   """The program and its port (`wrong`: one of `WRONG`) as a compare.Port."""
   import compare  # pylint: disable=g-import-not-at-top
+  if wrong is not None and wrong not in WRONG:
+    raise ValueError(f"wrong: one of {WRONG} or None, got {wrong!r}")
   mesh = make_mesh(8)
   graphdef, _ = create(steps)
   make = correct if wrong is None else globals()[wrong]
