@@ -61,9 +61,28 @@ def test_a_crash_leaves_no_json(tmp_path, monkeypatch):
     raise RuntimeError("crash mid-run")
   monkeypatch.setattr(runner, "compare", boom)
   path = tmp_path / "out.json"
-  with pytest.raises(RuntimeError):
-    cli.main(SMALL + ["--json", str(path)])
+  assert cli.main(SMALL + ["--json", str(path)]) == cli.EXIT_CRASH
   assert not path.exists() and not list(tmp_path.iterdir())
+
+
+def test_plot_beside_json_writes_both(tmp_path, capsys, monkeypatch):
+  # --plot crashed on every run but the sweep's, after all the work, and
+  # lost the JSON beside it.
+  plot, path = tmp_path / "curves.png", tmp_path / "out.json"
+  assert cli.main(SMALL + ["--plot", str(plot), "--json", str(path)]) == 0
+  assert plot.read_bytes()[:4] == b"\x89PNG"
+  assert json.loads(path.read_text())["verdict"] == "pass"
+  # A plot that fails is a crash (exit 4), the measured JSON kept.
+  from compare._src import plots  # pylint: disable=g-import-not-at-top
+  def broken(*args, **kwargs):
+    raise RuntimeError("no display")
+  monkeypatch.setattr(plots, "learning_curves", broken)
+  path.unlink()
+  assert cli.main(SMALL + ["--plot", str(plot), "--json",
+                           str(path)]) == cli.EXIT_CRASH
+  assert json.loads(path.read_text())["verdict"] == "pass"
+  assert "compare: crashed: RuntimeError: no display (exit 4)" in (
+      capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -24,3 +24,21 @@ def test_a_rewrite_with_a_wrong_in_spec_fails_its_proof(tmp_path, capsys):
   out = capsys.readouterr().out
   assert code == 1
   assert "verdict: fail, first at step 1: port vs pmap" in out
+
+
+def test_prove_emulates_devices_as_compare_does(tmp_path):
+  # A fresh process with no device count set: --prove emulates 8 CPU
+  # devices (on one, the port's collectives would be the identity).
+  import os  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  done = subprocess.run(
+      [sys.executable, "-m", "compare.rewrite",
+       str(ROOT / "examples" / "resnet" / "train_pmap.py"),
+       "-o", str(tmp_path / "train_port.py"),
+       "--prove", "examples.resnet.prove:port", "--steps", "2"],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+      check=False)
+  assert "8 cpu devices" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+  assert "verdict: pass" in done.stdout

@@ -105,3 +105,39 @@ def test_a_port_init_whose_non_array_leaves_differ_is_refused():
   with pytest.raises(compare.PortError, match="port_init's state has "
                      "init's arrays but another pytree"):
     compare.prove(port)
+
+
+def test_the_end_evaluates_the_final_shared_state():
+  # The shared evaluation is of the truth's final state: pmap's own
+  # evaluation of its final state is that evaluation, to the bit (run on
+  # the initial state instead, it is not).
+  proof = compare.prove(linen_conv_bn.port(steps=STEPS, with_eval=True),
+                        windows=1)
+  assert proof.verdict == "pass", proof.table()
+  shared = proof.report["lockstep"]["shared_eval"]
+  for key in ("test_loss", "test_accuracy"):
+    assert shared["pmap"][key] == proof.report["runs"]["pmap"][key]
+  initial = linen_conv_bn.evaluate(linen_conv_bn.create_state(steps=STEPS))
+  assert shared["pmap"]["test_loss"] != initial["test_loss"]
+
+
+def test_a_tuple_states_second_element_is_compared_at_step_one():
+  # optax's (params, opt_state): a port whose momentum comes back 1% large
+  # moves no parameter at step 1; only the comparison of opt_state, the
+  # tuple's second element, sees it there.
+  import jax  # pylint: disable=g-import-not-at-top
+  from examples.optax_tuple import prove as optax_tuple  # pylint: disable=g-import-not-at-top
+  from examples.optax_tuple import train_port  # pylint: disable=g-import-not-at-top
+
+  def make_step(mesh):
+    step = train_port.make_step(mesh)
+
+    def wrong(params, opt_state, batch):
+      params, opt_state, loss = step(params, opt_state, batch)
+      return params, jax.tree.map(
+          lambda x: x * 1.01 if x.dtype == "float32" else x, opt_state), loss
+    return wrong
+
+  proof = compare.prove(optax_tuple.port(make_step, steps=4), windows=1)
+  assert _first_step(proof) == 1, proof.first_failure
+  assert "most at ['params'][1]" in proof.first_failure

@@ -368,3 +368,31 @@ def test_a_leaf_at_the_unjudgeable_share_is_named_and_not_judged():
   just_under = leaf_bands.bands([{KERNEL: 0.99 * leaf_bands.UNJUDGEABLE}],
                                 lockstep.band_of, lockstep.BAND_FLOOR)
   assert KERNEL in just_under["bands"]
+
+
+@pytest.mark.parametrize("wrong", ["accuracy", "grad_norm", "loss"])
+def test_every_metric_of_a_step_is_compared_wherever_it_lies(wrong):
+  right = {"loss": 2.3, "accuracy": 0.5, "grad_norm": 1.7}
+  planted = {**right, wrong: right[wrong] * 1.01}
+  gaps = equivalence.metric_gaps(planted, right)
+  assert sorted(gaps) == sorted(right)
+  assert [key for key, (gap, _) in gaps.items() if gap] == [wrong]
+
+
+def test_a_tuple_of_metrics_keeps_every_one():
+  from compare._src import adapt  # pylint: disable=g-import-not-at-top
+  assert adapt.metrics_dict((1.0, 2.0, 3.0)) == {
+      "loss": 1.0, "metric_1": 2.0, "metric_2": 3.0}
+
+
+def test_a_nudged_retake_moves_the_batch_by_rounding_only():
+  # The retakes may excuse a flip only because they change nothing but
+  # rounding: each float moved by at most 8 ulps of float32 (1e-6 of it).
+  # A wider nudge (a 262144-ulp one moves a float by 3%) would let a retake
+  # of the truth meet a 1% mistake.
+  from shardport.strategies import perturbations  # pylint: disable=g-import-not-at-top
+  x = np.random.default_rng(0).normal(size=(64, 8)).astype(np.float32)
+  for i, ulps in enumerate(lockstep.NUDGE_ULPS):
+    moved = perturbations.nudged_by({"x": x}, ulps, seed=(1, i))["x"]
+    assert 0 < np.abs(moved - x).max()
+    assert np.max(np.abs(moved - x) / np.abs(x)) <= 1e-6

@@ -19,6 +19,8 @@ from compare._src import switch
 from compare._src import sweep
 
 EXIT_PASS, EXIT_DIFFER, EXIT_USAGE, EXIT_DIVERGED = 0, 1, 2, 3
+# The tool itself (or a step at run time) raised: not a verdict, so not 1.
+EXIT_CRASH = 4
 UsageError = options.UsageError
 
 
@@ -195,10 +197,15 @@ def _show(args, strategy, full):
                      f"verdict: {full['verdict']}"]))
   else:
     print(report.table(full, strategy.report_lines(full)))
-  if args.plot:
-    (sweep.plot if args.sweep_devices else strategy.plot)(full, args.plot)
+  # The JSON first: what was measured is kept whatever the plot does.
   if args.json:
     files.write_json(full, args.json)
+  if args.plot:
+    from compare._src import proof  # pylint: disable=g-import-not-at-top
+    if args.sweep_devices:
+      sweep.plot(full, args.plot)
+    else:
+      proof.Proof(full, strategy).plot(args.plot)
 
 
 def _launch(args, argv):
@@ -244,3 +251,11 @@ def main(argv=None) -> int:
   except UsageError as err:
     print(f"compare: error: {err}", file=sys.stderr)
     return EXIT_USAGE
+  except Exception as err:  # pylint: disable=broad-except
+    # A crash is not a verdict: its own exit code, the traceback, then one
+    # line a CI log ends with.
+    traceback.print_exc(file=sys.stderr)
+    print(f"compare: crashed: {type(err).__name__}: "
+          f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+          f" (exit {EXIT_CRASH})", file=sys.stderr)
+    return EXIT_CRASH

@@ -126,8 +126,21 @@ def bn_no_axis(mesh):
 WRONG = ("psum_grads", "bn_no_axis", "default_vma", "local_accuracy")
 
 
-def port(wrong=None, steps=10, multi_steps=0, devices=8):
-  """The program and its port (`wrong`: one of `WRONG`) as a compare.Port."""
+def evaluate(state):
+  """Test loss and accuracy of a host state, on a fixed held-out batch."""
+  test = batches()(10_000)
+  logits = state.apply_fn({"params": state.params,
+                           "batch_stats": state.batch_stats},
+                          test["image"], train=False)
+  return {"test_loss": float(optax.softmax_cross_entropy_with_integer_labels(
+      logits, test["label"]).mean()),
+          "test_accuracy": float(jnp.mean(jnp.argmax(logits, -1)
+                                          == test["label"]))}
+
+
+def port(wrong=None, steps=10, multi_steps=0, devices=8, with_eval=False):
+  """The program and its port (`wrong`: one of `WRONG`) as a compare.Port;
+  `with_eval` adds `evaluate`."""
   import compare  # pylint: disable=g-import-not-at-top
   mesh = make_mesh(devices)
   make = make_port_step if wrong is None else globals()[wrong]
@@ -136,4 +149,5 @@ def port(wrong=None, steps=10, multi_steps=0, devices=8):
                               else ""),
       init=lambda: create_state(multi_steps, steps=steps),
       pmap_step=p_train_step, port_step=make(mesh), mesh=mesh,
-      batches=batches(), steps=steps)
+      batches=batches(), steps=steps,
+      evaluate=evaluate if with_eval else None)
