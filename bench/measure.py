@@ -40,6 +40,8 @@ SCRIPTS = {"traps": ["-m", "docs.traps"],
            "ensemble_runs": ["-m", "bench.ensemble_runs"],
            # The jit ports before and after their fixes (issue 32).
            "jit_ports": ["-m", "bench.jit_ports"],
+           # Team programs written elsewhere, their wrong ports and plants.
+           "team_programs": ["-m", "docs.team_programs"],
            # python -m compare.rewrite on a flax-examples-style script.
            "rewrite": ["-m", "bench.rewrite_runs"],
            # The issue 13 utilisation target's workload: 28x28 inputs.

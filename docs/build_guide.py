@@ -86,6 +86,7 @@ from docs.guide import references
 from docs.guide import scaling
 from docs.guide import sources
 from docs.guide import tables
+from docs.guide import team
 from docs.guide.references import LINK as _LINK
 from docs.guide.references import check_references
 from docs.guide.references import library_exists
@@ -145,7 +146,8 @@ _TABLES = {"measured": measured_table,
            "ensemble-runs": scaling.ensemble_runs_table,
            "verdict-grid": grid.correct_table,
            "verdict-grid-devices": grid.devices_table,
-           "verdict-grid-detection": grid.detection_table}
+           "verdict-grid-detection": grid.detection_table,
+           "team-programs": team.team_programs_table}
 # The measurement files each table reads (the tolerances read none).
 _TABLE_READS = {"measured": lambda root: [
     name for name in tables.strategies()
@@ -157,6 +159,7 @@ _TABLE_READS = {"measured": lambda root: [
                 "checkpoint-cost": lambda _: ["handover"],
                 "sweep": lambda _: ["sweep"],
                 "ensemble-runs": lambda _: ["ensemble_runs"],
+                "team-programs": lambda _: [team.NAME],
                 **dict.fromkeys(("verdict-grid", "verdict-grid-devices",
                                  "verdict-grid-detection"),
                                 lambda _: list(grid.FILES))}

@@ -300,7 +300,7 @@ def test_metric_spread_is_the_widest_calibration_runs():
   assert not within(1.0, 1.0, 1.0)
 
 
-# Per-leaf bands (`compare._src.leaf_bands`): tests/team_programs'
+# Per-leaf bands (`compare._src.leaf_bands`): examples/team_programs'
 # linen_conv_bn, whose convolution bias before BatchNorm has no true
 # gradient: its calibration errors are about its whole update.
 NOISY, KERNEL = "['params']['Conv_0']['bias'] (16,)", "['params']['Dense_0']['kernel'] (16, 10)"

@@ -4,7 +4,7 @@ The one-step band is how far rounding alone moves a step's result, as a
 fraction of the step's update (`compare._src.lockstep`). Measured over the
 whole state it is the noisiest leaf's: a bias before a BatchNorm has no true
 gradient, so Adam's update of it is normalised rounding noise and its band
-is about its whole update (1.18 on tests/team_programs/linen_conv_bn.py),
+is about its whole update (1.18 on examples/team_programs/linen_conv_bn.py),
 which hid a 1% mistake in every other leaf. So each leaf has its own band,
 the largest its calibration step moved it over the checked steps
 (`lockstep.band_of`, one leaf at a time), and a pair's step is judged leaf

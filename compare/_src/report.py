@@ -222,6 +222,9 @@ def table(report: dict, strategy_lines: list[str] = ()) -> str:
                  f"{', '.join(report['diverged_runs'])} (non-finite loss or "
                  "parameters)")
   failure = report.get("first_failure")
+  checks = report.get("lockstep") or {}
+  judged = (f" ({checks['judged_leaves']} of {checks['leaves']} leaves "
+            "judged)" if checks.get("leaves") is not None else "")
   lines.append(f"verdict: {report['verdict']}"
-               + (f", {failure}" if failure else ""))
+               + (f", {failure}" if failure else "") + judged)
   return "\n".join(lines)

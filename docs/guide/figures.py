@@ -206,7 +206,8 @@ class ReportSource(Source):
 _KINDS = {"traps": TrapsSource, "dispatch": DispatchSource,
           **dict.fromkeys(("errors", "verdicts", "handover", "many_hosts",
                            "sweep", "ensemble_runs", "lockstep", "verdict_grid",
-                           "verdict_grid_original", "rewrite", "jit_ports"),
+                           "verdict_grid_original", "rewrite", "jit_ports",
+                           "team_programs"),
                           Source)}
 # Anything else under docs/measured/ is a `python -m compare` report.
 
