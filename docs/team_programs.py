@@ -21,6 +21,7 @@ from shardport.launch import emulation
 # Program -> (module, keyword arguments of its `port`).
 PROGRAMS = {
     "linen_conv_bn": ("linen_conv_bn", {}),
+    # The plants count optimiser steps, 4 calls each here (`LATE_MULTISTEPS`).
     "linen_conv_bn_multisteps": ("linen_conv_bn", {"multi_steps": 4}),
     "nnx_bn_dropout": ("nnx_bn_dropout", {}),
     "equinox_bn": ("equinox_bn", {}),
@@ -33,8 +34,17 @@ PROGRAMS = {
 }
 STEPS = 10
 LATE = 8
-CONTROLS = ("update-1pct-at:1", f"update-1pct-at:{LATE}",
-            f"update-1pct-from:{LATE}")
+# Under optax.MultiSteps(k=4) 10 calls are 2 optimiser steps: the late
+# plants act at the second (its 8th call).
+LATE_MULTISTEPS = 2
+
+
+def controls(kwargs) -> tuple[str, str, str]:
+  """The three plants of a program: at step 1, at a late step only, and
+  from it on (steps as the plants count them: optimiser steps)."""
+  late = LATE_MULTISTEPS if kwargs.get("multi_steps") else LATE
+  return ("update-1pct-at:1", f"update-1pct-at:{late}",
+          f"update-1pct-from:{late}")
 
 
 def _entry(proof, seconds):
@@ -60,7 +70,7 @@ def run(names) -> dict:
     module_name, kwargs = PROGRAMS[name]
     module = importlib.import_module(f"examples.team_programs.{module_name}")
     plan = [(None, None)] + [(w, None) for w in module.WRONG] + [
-        (None, c) for c in CONTROLS]
+        (None, c) for c in controls(kwargs)]
     out[name] = {}
     for wrong, control in plan:
       start = time.perf_counter()

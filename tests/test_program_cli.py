@@ -177,3 +177,15 @@ def test_pmaps_metrics_are_the_mean_over_its_devices():
                                  "lr": np.full(8, 0.1, np.float32)})
   assert metrics["loss"] == 4.5
   assert metrics["lr"] == pytest.approx(0.1)
+
+
+def test_a_pytree_error_keeps_its_key_path_on_its_one_line():
+  import jax  # pylint: disable=g-import-not-at-top
+  from compare._src import port_steps  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError) as raised:
+    jax.tree.map(lambda a, b: a, {"opt_state": (1.0,)}, {"opt_state": [1.0]})
+  line = port_steps.one_line(raised.value)
+  assert "\n" not in line
+  assert line.startswith("ValueError: pytree structure error: different "
+                         "types at key path")
+  assert "['opt_state']" in line, line

@@ -146,3 +146,14 @@ def test_a_tuple_states_second_element_is_compared_at_step_one():
   proof = compare.prove(optax_tuple.port(make_step, steps=4), windows=1)
   assert _first_step(proof) == 1, proof.first_failure
   assert "most at ['params'][1]" in proof.first_failure
+
+
+def test_a_plant_in_a_donating_multisteps_port_fails_at_the_first_update():
+  # The planted port's module is a wrapper of the port's run: it keeps the
+  # run's own placement (`from_host`), or the lockstep's placement would
+  # go through the canonical view, which a MultiSteps state is not. The
+  # plants count optimiser steps: the first is the 4th call, where
+  # MultiSteps updates the parameters.
+  proof = compare.prove(linen_conv_bn.port(steps=STEPS, multi_steps=4),
+                        control="update-1pct-at:1", windows=1)
+  assert _first_step(proof) == 4, proof.first_failure

@@ -34,11 +34,14 @@ def team_programs_table(root):
   rows = []
   for name, runs in record["programs"].items():
     correct = runs["correct"]
+    planted = [label for label in runs if label.startswith("update-1pct")]
     wrong = [f"{label} {_step(entry)}" for label, entry in runs.items()
-             if label != "correct" and label not in controls]
+             if label != "correct" and label not in planted]
     rows.append([f"`{name}`", correct["verdict"], _judged(correct),
                  ", ".join(wrong),
-                 *(_step(runs[c]) for c in controls)])
+                 *(_step(runs[label]) + ("" if label == column else
+                                         f" (`{label}`)")
+                   for label, column in zip(planted, controls))])
   head = ["program", "correct port", "leaves judged",
           "wrong ports: failed at step", "1% at step 1",
           f"1% at step {late} only", f"1% from step {late}"]

@@ -44,8 +44,10 @@ class NegativeControl:
 
 def _with(module, **changed):
   """`module`'s strategy API with some functions replaced."""
+  kept = [*_API, *(name for name in protocol.OPTIONAL
+                   if hasattr(module, name))]
   return types.SimpleNamespace(
-      **{**{name: getattr(module, name) for name in _API}, **changed})
+      **{**{name: getattr(module, name) for name in kept}, **changed})
 
 
 def learning_rate_1pct(module, run):

@@ -83,3 +83,8 @@ class StrategyModule(Protocol):
 # functions (a Protocol's annotated attributes are not in its `vars`).
 API = (*StrategyModule.__annotations__,
        *(name for name in vars(StrategyModule) if not name.startswith("_")))
+# What a module may add: `from_host(host, placement, like)`, its `to_host`
+# view placed in its own layout, for a module that keeps its own view of
+# the state (a team's `Port`'s runs: every leaf as the program holds it)
+# instead of the canonical one the checkpoints convert through.
+OPTIONAL = ("from_host",)
