@@ -101,7 +101,9 @@ def main(argv=None) -> int:
     return 2
   emulation.set_cpu_device_count(8)
   from shardport.launch import files  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
   files.write_json({"steps": STEPS, "late_step": LATE,
+                    "jax_version": jax.__version__,
                     "programs": run(names)}, args.json)
   return 0
 

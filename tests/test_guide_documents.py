@@ -289,7 +289,7 @@ def test_a_page_is_a_document_of_its_own(template, output):
 
 
 def test_the_pages_show_their_measured_tables():
-  (_, many_hosts), (_, moving), (_, beyond), (_, rewrite), _ = PAGES
+  (_, many_hosts), (_, moving), (_, beyond), (_, rewrite), *_ = PAGES
   many_hosts, moving, beyond, rewrite = (
       (ROOT / o).read_text() for o in (many_hosts, moving, beyond, rewrite))
   for strategy in ("ensemble_data", "fsdp"):  # each with its own lines
@@ -302,6 +302,9 @@ def test_the_pages_show_their_measured_tables():
   assert "save blocks the loop, ms (mean)" in moving
   assert "(APPENDIX.md#src-rewrite)" in rewrite  # its provenance line
   assert "changed: pmap over" in rewrite and "same output:\nTrue" in rewrite
+  team = (ROOT / "docs" / "TEAM-PROGRAMS.md").read_text()
+  assert "| `linen_conv_bn` | pass |" in team
+  assert "(should fail)" not in team  # every wrong port and plant failed
 
 
 def test_the_appendix_summarises_each_page_and_links_to_it():

@@ -138,6 +138,7 @@ def evaluate(state):
                                           == test["label"]))}
 
 
+# region: team-port
 def port(wrong=None, steps=10, multi_steps=0, devices=8, with_eval=False):
   """The program and its port (`wrong`: one of `WRONG`) as a compare.Port;
   `with_eval` adds `evaluate`."""
@@ -151,3 +152,4 @@ def port(wrong=None, steps=10, multi_steps=0, devices=8, with_eval=False):
       pmap_step=p_train_step, port_step=make(mesh), mesh=mesh,
       batches=batches(), steps=steps,
       evaluate=evaluate if with_eval else None)
+# endregion
