@@ -354,11 +354,13 @@ def test_a_leaf_no_calibration_moved_is_judged_against_its_siblings_share():
   assert leaf_bands.score({quiet: 5e-6}, judged)[0] <= 10
   assert leaf_bands.score({quiet: 1e-2}, judged) == (pytest.approx(1e4),
                                                       quiet)
-  # With judged siblings at 1e-3, the floor is 1e-5: still 100x under 1%.
-  loud = leaf_bands.bands([{KERNEL: 1e-3}], lockstep.band_of,
-                          lockstep.BAND_FLOOR)
-  assert loud["floor"] == pytest.approx(1e-5)
-  assert leaf_bands.score({quiet: 1e-2}, loud)[0] > 10 * 10
+  # With judged siblings just under `UNJUDGEABLE`, the floor is just under
+  # 1e-3: a 1% mistake on the quiet leaf is still over the multiple.
+  loud = leaf_bands.bands([{KERNEL: 0.99 * leaf_bands.UNJUDGEABLE}],
+                          lockstep.band_of, lockstep.BAND_FLOOR)
+  assert loud["floor"] == pytest.approx(
+      leaf_bands.SIBLING_SHARE * 0.99 * leaf_bands.UNJUDGEABLE)
+  assert leaf_bands.score({quiet: 1e-2}, loud)[0] > 10
 
 
 def test_a_leaf_at_the_unjudgeable_share_is_named_and_not_judged():

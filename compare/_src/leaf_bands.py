@@ -20,13 +20,15 @@ import numpy as np
 # Rounding moves the leaf's step by 1% of its update or more: the multiple
 # (10x) would let a 10% mistake through, so the leaf says nothing.
 UNJUDGEABLE = 1e-2
-# A leaf that no calibration step moved (one sample a step can leave a
-# small leaf bitwise) is judged against this share of the judged leaves'
-# largest band, not against the floor alone: rounding that moved its
-# siblings may move it in another program. It stays under 1e-4 of the
-# update (the judged bands are under `UNJUDGEABLE`), so the multiple (10x)
-# keeps a 1% mistake, 1e-2, ten times out of its reach.
-SIBLING_SHARE = 1e-2
+# A leaf is judged against at least this share of the judged leaves'
+# largest band: rounding that moves its siblings may move it more in another
+# program than in the calibration (one sample a step can leave a small leaf
+# bitwise). Measured: accumulation on 2 devices over 200 steps, its pairs
+# with the one-device reference at 6.4x a leaf's own band under a share of
+# 1e-2, 3.4x under 1e-1 (1.0x of the whole state's band). The floor stays
+# under 1e-3 of the update (judged bands are under `UNJUDGEABLE`), so a 1%
+# mistake, 1e-2, is over the multiple (10x) on every judged leaf.
+SIBLING_SHARE = 1e-1
 
 
 def leaves_of(per_step: list[dict]) -> list[str]:
