@@ -92,15 +92,10 @@ def compare_trees(a, b, tol: tolerances.Tolerance) -> dict:
 UPDATE_FLOOR = 1e-3
 
 
-def update_error(a, b, start) -> float:
-  """How far apart two results of one step from `start` are, as a fraction
-  of the step's update `b - start` (`update_error_at`'s ratio)."""
-  return update_error_at(a, b, start)[0]
-
-
-def update_error_at(a, b, start) -> tuple[float, str]:
-  """How far apart two results of one step from `start` are, as a fraction
-  of the step's update `b - start`, and the leaf where it is largest.
+def update_errors(a, b, start) -> dict[str, float]:
+  """How far apart two results of one step from `start` are, leaf by leaf,
+  as a fraction of the step's update `b - start`, so that each leaf can be
+  judged against its own band (`compare._src.leaf_bands`).
 
   Each floating leaf's largest |a - b| is divided by its largest |b - start|
   (floored at `UPDATE_FLOOR` times the largest update in its top-level
@@ -114,22 +109,10 @@ def update_error_at(a, b, start) -> tuple[float, str]:
     start: the state both steps started from (may hold more collections).
 
   Returns:
-    `(ratio, leaf)`: the largest ratio over leaves (0.0 for equal bits, inf
-    where a non-float leaf or a non-finite value differs) and that leaf's
-    path with its shape, e.g. `['params']['Dense_0']['kernel'] (64, 10)`
-    ("" where all bits are equal).
+    `{leaf path and shape: ratio}` for every leaf whose bits differ (empty
+    where all are equal; inf where a non-float leaf or a non-finite value
+    differs), e.g. `{"['params']['Dense_0']['kernel'] (64, 10)": 2e-6}`.
   """
-  errors = update_errors(a, b, start)
-  if not errors:
-    return 0.0, ""
-  leaf = max(errors, key=errors.get)
-  return errors[leaf], leaf
-
-
-def update_errors(a, b, start) -> dict[str, float]:
-  """`update_error_at`'s ratio leaf by leaf: `{leaf path and shape: ratio}`
-  for every leaf whose bits differ (empty where all are equal), so that each
-  leaf can be judged against its own band (`compare._src.leaf_bands`)."""
   if trees_same_bits(a, b):
     return {}
   errors = {}

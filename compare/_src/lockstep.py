@@ -6,7 +6,7 @@ from the reference's state after t - 1 steps, placed in the run's own layout
 (the layout the checkpoints convert through, in memory), on batch t. Its
 result is compared with the reference's own step t, and the runs' results
 with each other, as a difference relative to the step's update
-(`equivalence.update_error`). Nothing carries over from one step to the
+(`equivalence.update_errors`). Nothing carries over from one step to the
 next, so the tolerance does not grow with t: it is a multiple of the
 one-step band, the same step of the reference taken again with its batch
 rows reordered (summation order only), measured at every checked step.
