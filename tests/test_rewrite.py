@@ -227,7 +227,8 @@ def test_the_new_pmap_style_is_rewritten_and_trains_bitwise(tmp_path):
   assert rewrite.main([str(ROOT / "examples/optax_tuple/train_pmap.py"),
                        "-o", str(port)]) == 0
   text = port.read_text()
-  assert "in_specs=(jax.P(), jax.P(), jax.P(\"batch\"))" in text
+  assert ("in_specs=((jax.P(), jax.P(), jax.P(\"batch\")), jax.P(\"batch\"))"
+          in text)
   want = _train_broadcast(train_pmap)
   for got, expected in zip(_train_broadcast(_load(port)), want):
     np.testing.assert_array_equal(got, expected)

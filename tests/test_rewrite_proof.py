@@ -17,8 +17,9 @@ def test_a_rewrite_with_a_wrong_in_spec_fails_its_proof(tmp_path, capsys):
   # The step's arguments replicated, not split: every device takes device
   # 0's copy of the state and device 0's slice of the batch.
   text = port.read_text()
-  assert text.count('in_specs=jax.P("batch")') == 1
-  port.write_text(text.replace('in_specs=jax.P("batch")', "in_specs=jax.P()"))
+  spec = 'in_specs=(jax.P("batch"), jax.P("batch"))'
+  assert text.count(spec) == 1
+  port.write_text(text.replace(spec, 'in_specs=(jax.P(), jax.P("batch"))'))
   team_port = port_module.load("examples.resnet.prove:port")
   code = rewrite_proof.prove(team_port, source, port, steps=2)
   out = capsys.readouterr().out

@@ -144,6 +144,7 @@ class PmapRewriter(cst.CSTTransformer):
     self.changed = 0
     self.uses_static = False
     self._decorated: list[tuple[str, str]] = []
+    self._nested: set[int] = set()
 
   def _line(self, node) -> int:
     return self.get_metadata(metadata.PositionProvider, node).start.line
@@ -166,6 +167,11 @@ class PmapRewriter(cst.CSTTransformer):
                                      f"{key or i} is not one pmap takes"))
         return None
       named[key] = arg.value
+    axis = named.get("axis_name")
+    if axis is not None:
+      # An expression: any collective may name it.
+      self.axes.add(axis.evaluated_value
+                    if isinstance(axis, cst.SimpleString) else "*")
     for key, why in _FOR_A_PERSON.items():
       if key in named:
         self.findings.append(Finding(line, "person", why))
@@ -184,10 +190,6 @@ class PmapRewriter(cst.CSTTransformer):
       self.findings.append(Finding(line, "person", f"in_axes/out_axes: {err}"
                                    "; the specs must be known here"))
       return None
-    if isinstance(named.get("axis_name"), cst.SimpleString):
-      self.axes.add(named["axis_name"].evaluated_value)
-    else:
-      self.axes.add("*")  # an expression: any collective may name it
     static = ()
     if "static_broadcasted_argnums" in named:
       try:
@@ -212,40 +214,69 @@ class PmapRewriter(cst.CSTTransformer):
         + (f", static_broadcasted_argnums {static} as jit's static_argnums"
            if static else ""))))
     pad = " " * 4  # LibCST adds the enclosing block's own indentation.
+    specs = (f"{pad}    in_specs=({_specs(in_axes, axis)}, jax.P({axis})),\n"
+             f"{pad}    out_specs={_specs(out_axes, axis)},\n")
     if not static:
-      return (f"jax.jit(\n{pad}jax.shard_map(\n"
+      return (f"_pmap_waited(jax.jit(\n{pad}_pmap_keywords(jax.shard_map(\n"
               f"{pad}    _pmap_view({fun_code}, in_axes={in_axes!r}, "
               f"out_axes={out_axes!r}),\n{pad}    mesh={mesh},\n"
-              f"{pad}    in_specs={_specs(in_axes, axis)},\n"
-              f"{pad}    out_specs={_specs(out_axes, axis)},\n"
-              f"{pad}    check_vma=False){donate})")
-    return (f"jax.jit(\n{pad}_pmap_static(\n"
+              f"{specs}{pad}    check_vma=False)){donate}))")
+    specs = specs.replace(f"{pad}    ", f"{pad}        ")
+    return (f"_pmap_waited(jax.jit(\n{pad}_pmap_static(\n"
             f"{pad}    lambda fn: jax.shard_map(\n"
             f"{pad}        _pmap_view(fn, in_axes={in_axes!r}, "
             f"out_axes={out_axes!r}),\n{pad}        mesh={mesh},\n"
-            f"{pad}        in_specs={_specs(in_axes, axis)},\n"
-            f"{pad}        out_specs={_specs(out_axes, axis)},\n"
-            f"{pad}        check_vma=False),\n"
+            f"{specs}{pad}        check_vma=False),\n"
             f"{pad}    {fun_code}, {static!r}),\n"
-            f"{pad}static_argnums={static!r}{donate})")
+            f"{pad}static_argnums={static!r}{donate}))")
 
+  def _builds_pmap(self, node) -> bool:
+    """Whether `node` calls jax.pmap or functools.partial(jax.pmap, ...)."""
+    return isinstance(node, cst.Call) and (
+        is_pmap(node.func, self.aliases)
+        or (isinstance(node.func, cst.Call) and _is_partial(node.func.func)
+            and bool(node.func.args)
+            and is_pmap(node.func.args[0].value, self.aliases)))
+
+  def _note_axis(self, node):
+    """Records the axis a pmap-building call names (keyword or second
+    positional argument of jax.pmap)."""
+    args = list(node.args) if is_pmap(node.func, self.aliases) else list(
+        node.func.args)
+    for i, arg in enumerate(args):
+      if (arg.keyword and arg.keyword.value == "axis_name") or (
+          not arg.keyword and i == 1 and is_pmap(node.func, self.aliases)):
+        self.axes.add(arg.value.evaluated_value
+                      if isinstance(arg.value, cst.SimpleString) else "*")
+
+  def visit_Call(self, node):
+    # A pmap inside a pmap is left whole: its inner pmap is not rewritten
+    # on its own (leave_Call sees the inner one first).
+    if self._builds_pmap(node) and node.args and self._builds_pmap(
+        node.args[0].value):
+      self._nested.add(id(node.args[0].value))
+    return True
 
   def leave_Call(self, original, updated):
     line = self._line(original)
     name = dotted(original.func)
     tail = name.rsplit(".", 1)[-1]
+    if id(original) in self._nested:
+      return updated
+    if self._builds_pmap(original) and original.args and self._builds_pmap(
+        original.args[0].value):
+      for node in (original, original.args[0].value):
+        self._note_axis(node)
+      self.findings.append(Finding(
+          line, "person", "a pmap inside a pmap, left whole: a 2-D mesh "
+          "with both axes (docs/MIGRATION.md#nested-pmap)"))
+      return updated
     if is_pmap(original.func, self.aliases):
       named = self._arguments(original.args, line)
       if named is None or "fun" not in named:
         if named is not None:
           self.findings.append(Finding(line, "person", "pmap without a "
                                        "function to map"))
-        return updated
-      if isinstance(named["fun"], cst.Call) and is_pmap(
-          named["fun"].func, self.aliases):
-        self.findings.append(Finding(
-            line, "person",
-            "a pmap inside a pmap: a 2-D mesh (docs/MIGRATION.md#nested-pmap)"))
         return updated
       port = self._port(self._code(updated.args[0].value), named, line)
       return cst.parse_expression(port) if port else updated
@@ -264,8 +295,6 @@ class PmapRewriter(cst.CSTTransformer):
           f"{name}: flax NNX and equinox map their own state; port it to "
           "nnx.shard_map or eqx.filter_shard_map by hand (the guide's "
           "examples/nnx_mlp and examples/equinox_mlp)")))
-    if tail in _COLLECTIVES and ("lax" in name or name == tail):
-      self._collective(original, tail, line)
     if _stacked_call(name, tail):
       self.findings.append(Finding(line, "kept", f"{name}(...): "
                                    + _STACKED_CALLS[tail]))
