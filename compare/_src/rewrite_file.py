@@ -26,10 +26,12 @@ class Rewrite:
     code: the rewritten source (the input itself where nothing changed).
     findings: every change, every place left to a person and every call
       site that keeps pmap's stacked layout, in line order.
+    ports: every pmap rewritten, with its port's source.
   """
 
   code: str
   findings: tuple[Finding, ...]
+  ports: tuple[rewrite_pmap.Port, ...] = ()
 
   @property
   def needs_a_person(self) -> bool:
@@ -130,4 +132,5 @@ def rewrite_source(source: str, path: str = "<string>") -> Rewrite:
                for line in sorted(set(references.lines) - seen)]
   code = (_with_imports(new.code, module, rewriter.uses_static)
           if rewriter.changed else source)
-  return Rewrite(code, tuple(sorted(findings, key=lambda f: f.line)))
+  return Rewrite(code, tuple(sorted(findings, key=lambda f: f.line)),
+                 tuple(rewriter.ports))

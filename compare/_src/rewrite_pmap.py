@@ -54,6 +54,21 @@ _STACKED_CALLS = {
                           "#prefetch)",
     "local_device_count": "the device count used to split: the mesh's size"}
 
+# Where a port's source names the pmapped function (`Port.template`).
+FUN = "__pmapped_function__"
+
+
+@dataclasses.dataclass(frozen=True)
+class Port:
+  """A pmap rewritten: its line, the function's source, and the port's
+  source with `FUN` in place of the function (`--prove` builds the port of
+  a pmap made inside a function from it)."""
+
+  line: int
+  fun_code: str
+  template: str
+
+
 @dataclasses.dataclass(frozen=True)
 class Finding:
   """One line of the report.
@@ -145,6 +160,7 @@ class PmapRewriter(cst.CSTTransformer):
     self.uses_static = False
     self._decorated: list[tuple[str, str]] = []
     self._nested: set[int] = set()
+    self.ports: list[Port] = []
 
   def _line(self, node) -> int:
     return self.get_metadata(metadata.PositionProvider, node).start.line
@@ -179,6 +195,15 @@ class PmapRewriter(cst.CSTTransformer):
     return named
 
   def _port(self, fun_code: str, named, line) -> str | None:
+    template = self._template(named, line)
+    if template is None:
+      return None
+    self.ports.append(Port(line, fun_code, template))
+    return template.replace(FUN, fun_code)
+
+  def _template(self, named, line) -> str | None:
+    """The port's source with `FUN` for the function, or None."""
+    fun_code = FUN
     """The jit(shard_map(...)) source for pmap(fun, **named), or None."""
     axis = (self._code(named["axis_name"]) if "axis_name" in named
             else '"devices"')

@@ -4,33 +4,86 @@ SPEC names the team's `compare.Port` for the original program (as
 `python -m compare --program` takes it). Its `pmap_step` must be one of the
 rewritten file's pmaps (found by identity in the original module); the same
 name in the rewritten file is proved against it, through `compare.prove`,
-in place of the Port's own `port_step`. The rewrite keeps pmap's stacked
+in place of the Port's own `port_step`. A pmap made inside a function
+(flax's nlp_seq builds `p_train_step` in `main`) has no name in the module:
+the Port's `pmap_step` is then a pmap of one of the file's functions (a
+`functools.partial` of it, as the file's own line), and the port is the
+rewrite of the file's one pmap of that function, built around the Port's
+function (`_port_of_local_pmap`). The Port's `port_step` may then be None:
+the rewrite supplies it. The rewrite keeps pmap's stacked
 layout, so the proved step takes the Port's layout (one state replicated on
 the mesh, the global batch split over it) and hands the rewritten step
 pmap's (`_on_mesh`).
 """
 
+import ast
 import dataclasses
+import functools
 import importlib.util
 import pathlib
+import re
 import sys
 
 from compare._src import port as port_module
 from compare._src import port_steps
 from compare._src import proof as proof_module
+from compare._src import rewrite_file
+from compare._src import rewrite_pmap
 
 
-def _original_name(port, source: pathlib.Path) -> str:
-  """The name the original module gives the Port's pmap_step."""
+def _original_name(port, source: pathlib.Path) -> str | None:
+  """The name the original module gives the Port's pmap_step, or None."""
   for module in list(sys.modules.values()):
     path = getattr(module, "__file__", None)
     if path and pathlib.Path(path).resolve() == source.resolve():
       for name, value in vars(module).items():
         if value is port.pmap_step:
           return name
-  raise port_module.PortError(
-      f"--prove: the Port's pmap_step is not a pmap of {source} (it must be "
-      "the module's own name for it, e.g. p_train_step, not a wrapper)")
+  return None
+
+
+def _port_of_local_pmap(port, source: pathlib.Path, helpers: dict):
+  """The rewrite of the file's pmap of the Port's function, built around
+  that function, with the rewritten module's helpers."""
+  fun = getattr(port.pmap_step, "__wrapped__", None)
+  base = fun.func if isinstance(fun, functools.partial) else fun
+  name = getattr(base, "__name__", None)
+  if name is None or pathlib.Path(getattr(
+      sys.modules.get(base.__module__), "__file__", "") or "").resolve(
+      ) != source.resolve():
+    raise port_module.PortError(
+        f"--prove: the Port's pmap_step is neither a pmap {source} names "
+        f"nor jax.pmap of one of its functions (or a functools.partial of "
+        "one)")
+  ports = [p for p in rewrite_file.rewrite_source(source.read_text()).ports
+           if re.search(rf"\b{re.escape(name)}\b", p.fun_code)]
+  if len(ports) != 1:
+    raise port_module.PortError(
+        f"--prove: {len(ports)} pmaps of {source} map {name} (lines "
+        f"{[p.line for p in ports]}); the proof needs exactly one")
+  namespace = {**helpers, "_proved_function": fun}
+  try:
+    return eval(  # pylint: disable=eval-used
+        ports[0].template.replace(rewrite_pmap.FUN, "_proved_function"),
+        namespace), ports[0].line
+  except NameError as err:
+    raise port_module.PortError(
+        f"--prove: the pmap at {source}:{ports[0].line} uses a local name "
+        f"outside its function ({err})") from None
+
+
+def _helpers(target: pathlib.Path) -> dict:
+  """The rewritten file's own `_pmap_*` helpers, run apart from the rest
+  of the file (whose import may define flags, read data or train)."""
+  import jax  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  import numpy as np  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  tree = ast.parse(target.read_text())
+  helpers = [node for node in tree.body if isinstance(node, ast.FunctionDef)
+             and node.name.startswith("_pmap_")]
+  namespace = {"functools": functools, "jax": jax, "np": np}
+  exec(compile(ast.Module(helpers, type_ignores=[]), str(target), "exec"),  # pylint: disable=exec-used
+       namespace)
+  return namespace
 
 
 def _rewritten_module(target: pathlib.Path):
@@ -61,16 +114,34 @@ def _on_mesh(stacked_step, n_devices: int, broadcast: bool):
   return jax.jit(step)
 
 
+def _with_layout(port, rewritten):
+  """The Port with the rewritten step as its port, on pmap's layout of the
+  state (stacked, or broadcast: the one `compare.prove`'s check accepts)."""
+  first = None
+  for broadcast in (False, True):
+    proved = dataclasses.replace(port, port_step=_on_mesh(
+        rewritten, port.mesh.size, broadcast))
+    try:
+      checked = port_module.check(proved)
+    except port_module.PortError as err:
+      first = first or err
+      continue
+    if (checked.pmap_layout == port_steps.BROADCAST) == broadcast:
+      return proved
+  raise first
+
+
 def prove(port, source: pathlib.Path, target: pathlib.Path,
           steps: int | None = None) -> int:
   """Proves the rewritten step against the Port's pmap_step; prints the
   report and returns the proof's exit code (2: it cannot be proved)."""
   name = _original_name(port, source)
-  rewritten = getattr(_rewritten_module(target), name)
-  checked = port_module.check(port)
-  proved = dataclasses.replace(port, port_step=_on_mesh(
-      rewritten, port.mesh.size,
-      checked.pmap_layout == port_steps.BROADCAST))
+  if name is not None:
+    rewritten = getattr(_rewritten_module(target), name)
+  else:
+    rewritten, line = _port_of_local_pmap(port, source, _helpers(target))
+    name = f"pmap of line {line}"
+  proved = _with_layout(port, rewritten)
   proof = proof_module.prove(proved, steps=steps, windows=1)
   print(f"proving {target}'s {name} against {source}'s:")
   print(proof.table())

@@ -1,0 +1,208 @@
+"""Public pmap programs, rewritten by `python -m compare.rewrite` and run
+beside their originals on 8 emulated CPU devices.
+
+    python -m bench.real_programs.run --flax PATH --tutorial PATH \
+        --json docs/measured/real_programs.json
+
+Fetches nothing: `--flax` is a checkout of google/flax (its
+`examples/nlp_seq` is run as written, on synthetic CoNLL-U files), and
+`--tutorial` the JAX pmap tutorial's linear regression as the tutorial
+writes it. Run it with a Python that has tensorflow-cpu and tensorboard
+beside this project (nlp_seq reads its data with tf.data and logs through
+tensorboard); CI does not, tensorflow is large. Each program is rewritten
+(`compare.rewrite`: its exit code and the places it leaves to a person),
+then the original and the port are run and every number they log is
+compared: nlp_seq's tensorboard scalars (every one but `steps per second`,
+at full float32 precision), the stand-ins' printed numbers. The tutorial,
+whose data is unseeded, is run `--tutorial-runs` times each to count hangs
+(the rendezvous abort of docs/jax-facts.md).
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.real_programs import conll
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+           "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2",
+           "CUDA_VISIBLE_DEVICES": ""}
+NUMBER = re.compile(r"-?\d+\.\d+(?:e[-+]?\d+)?|-?\d+")
+NLP_SEQ_FLAGS = ["--num_train_steps=20", "--eval_frequency=5",
+                 "--batch_size=64", "--max_length=64"]
+
+
+def _python(args, cwd, timeout=900):
+  start = time.perf_counter()
+  done = subprocess.run([sys.executable, *map(str, args)], cwd=cwd,
+                        text=True, capture_output=True, timeout=timeout,
+                        check=False, env={**os.environ, **DEVICES,
+                                          "PYTHONPATH": str(ROOT)})
+  return done, time.perf_counter() - start
+
+
+def _rewrite(source: pathlib.Path, target: pathlib.Path) -> dict:
+  done, _ = _python(["-m", "compare.rewrite", source, "-o", target], ROOT)
+  summary = done.stdout.strip().splitlines()
+  return {"rewrite_exit": done.returncode,
+          "need_a_person": done.stdout.count("NEEDS A PERSON"),
+          "rewritten": int(re.search(r"(\d+) pmap\(s\) rewritten",
+                                     done.stdout).group(1))
+                       if "rewritten" in done.stdout else 0,
+          "report": summary}
+
+
+def _largest_relative(want: list[float], got: list[float]) -> float:
+  worst = 0.0
+  for a, b in zip(want, got):
+    if a != b:
+      worst = max(worst, abs(a - b) / max(abs(a), abs(b)))
+  return worst
+
+
+def _scalars(folder: pathlib.Path) -> dict:
+  """Every tensorboard scalar under `folder`: {(run, tag, step): value}."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  values = {}
+  for path in sorted(folder.rglob("events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(str(path)):
+      for value in event.summary.value:
+        if value.tag != "steps per second":
+          values[(path.parent.name, value.tag, event.step)] = float(
+              tf.make_ndarray(value.tensor))
+  return values
+
+
+def nlp_seq(flax: pathlib.Path, work: pathlib.Path) -> dict:
+  """flax's examples/nlp_seq as written, and its rewrite."""
+  folder = work / "nlp_seq"
+  shutil.copytree(flax / "examples" / "nlp_seq", folder)
+  conll.write(folder / "train.conll", 600, seed=0)
+  conll.write(folder / "dev.conll", 100, seed=1)
+  record = {"program": "flax examples/nlp_seq (as written)",
+            **_rewrite(folder / "train.py", folder / "train_port.py")}
+  runs = {}
+  for name in ("train.py", "train_port.py"):
+    model_dir = folder / f"model_{name[:-3]}"
+    done, seconds = _python(
+        [name, f"--train={folder / 'train.conll'}",
+         f"--dev={folder / 'dev.conll'}", f"--model_dir={model_dir}",
+         *NLP_SEQ_FLAGS], folder)
+    runs[name] = (done, seconds, _scalars(model_dir) if done.returncode == 0
+                  else {})
+  (before, t0, want), (after, t1, got) = runs["train.py"], runs[
+      "train_port.py"]
+  record.update(_compared(before, after, t0, t1))
+  keys = sorted(want)
+  record["numbers"] = len(keys)
+  record["same_numbers"] = keys == sorted(got) and bool(keys)
+  if record["same_numbers"]:
+    record["largest_relative"] = _largest_relative(
+        [want[k] for k in keys], [got[k] for k in keys])
+  record["command"] = f"python train.py {' '.join(NLP_SEQ_FLAGS)}"
+  return record
+
+
+def _compared(before, after, t0, t1) -> dict:
+  record = {"original_exit": before.returncode, "port_exit": after.returncode,
+            "ran": before.returncode == 0 and after.returncode == 0,
+            "seconds": [round(t0, 1), round(t1, 1)]}
+  for name, done in (("original", before), ("port", after)):
+    if done.returncode:
+      record[f"{name}_error"] = done.stderr.strip().splitlines()[-3:]
+  return record
+
+
+def printed_program(name: str, script: pathlib.Path,
+                    work: pathlib.Path) -> dict:
+  """A script that prints its numbers, and its rewrite."""
+  source = work / script.name
+  shutil.copyfile(script, source)
+  port = work / f"{script.stem}_port.py"
+  record = {"program": name, **_rewrite(source, port)}
+  before, t0 = _python([source], work)
+  after, t1 = _python([port], work)
+  record.update(_compared(before, after, t0, t1))
+  want = [float(n) for n in NUMBER.findall(before.stdout)]
+  got = [float(n) for n in NUMBER.findall(after.stdout)]
+  record["numbers"] = len(want)
+  record["same_numbers"] = (NUMBER.sub("#", before.stdout) == NUMBER.sub(
+      "#", after.stdout) and len(want) == len(got) and bool(want))
+  if record["same_numbers"]:
+    record["largest_relative"] = _largest_relative(want, got)
+  return record
+
+
+def tutorial(script: pathlib.Path, work: pathlib.Path, runs: int) -> dict:
+  """The pmap tutorial as written: `runs` runs of each, hangs counted."""
+  source = work / "tutorial.py"
+  shutil.copyfile(script, source)
+  port = work / "tutorial_port.py"
+  record = {"program": "JAX pmap tutorial (as written, unseeded data)",
+            **_rewrite(source, port)}
+  for name, path in (("original", source), ("port", port)):
+    outcomes = []
+    for _ in range(runs):
+      try:
+        done, seconds = _python([path], work, timeout=180)
+        outcomes.append((done.returncode, round(seconds, 1)))
+      except subprocess.TimeoutExpired:
+        outcomes.append(("timeout", 180))
+    record[f"{name}_runs"] = outcomes
+    record[f"{name}_ok"] = sum(1 for code, _ in outcomes if code == 0)
+  record["ran"] = record["port_ok"] == runs
+  return record
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--flax", type=pathlib.Path, required=True,
+                      help="a checkout of google/flax")
+  parser.add_argument("--tutorial", type=pathlib.Path, required=True,
+                      help="the pmap tutorial's script, as written")
+  parser.add_argument("--tutorial-runs", type=int, default=20)
+  parser.add_argument("--json", type=pathlib.Path, required=True)
+  args = parser.parse_args(argv)
+  for path in (args.flax / "examples" / "nlp_seq", args.tutorial):
+    if not path.exists():
+      parser.error(f"{path} does not exist")
+  import jax  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  work = pathlib.Path(tempfile.mkdtemp(prefix="shardport-real-"))
+  try:
+    programs = [
+        nlp_seq(args.flax, work),
+        printed_program("stand-in: examples/wmt's pmaps",
+                        HERE / "wmt_constructs.py", work),
+        printed_program("stand-in: examples/imagenet's pmaps",
+                        HERE / "imagenet_constructs.py", work),
+        tutorial(args.tutorial, work, args.tutorial_runs)]
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+  result = {"what": "pmap programs written elsewhere, rewritten by "
+                    "python -m compare.rewrite; original and port run on 8 "
+                    "emulated CPU devices, every logged number compared",
+            "jax_version": jax.__version__,
+            "tensorflow_version": tf.__version__,
+            "command": "python -m bench.real_programs.run " + " ".join(
+                sys.argv[1:] if argv is None else argv),
+            "programs": programs}
+  args.json.write_text(json.dumps(result, indent=1) + "\n")
+  for record in programs:
+    print(json.dumps({k: v for k, v in record.items()
+                      if k not in ("report", "original_runs",
+                                   "port_runs")}))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
