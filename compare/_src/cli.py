@@ -1,4 +1,4 @@
-"""`python -m compare`: argument parsing, validation, exit codes.
+"""`python -m compare`: its command line, checked, run and given an exit code.
 
 Exit 0 when every verdict passes, 1 when a pair differs, 2 on bad usage or
 bad input (one line on stderr, no traceback, before anything compiles), 3
@@ -6,7 +6,10 @@ when training diverged (non-finite loss or parameters). jax is imported only
 after the emulated device count is set.
 """
 
+import argparse
+import dataclasses
 import sys
+import textwrap
 import traceback
 
 from shardport.launch import distributed
@@ -15,6 +18,7 @@ from shardport.launch import files
 from shardport.launch import options
 from compare._src import report
 from shardport import strategies
+from shardport.workloads import registry
 from compare._src import switch
 from compare._src import sweep
 
@@ -24,10 +28,46 @@ EXIT_CRASH = 4
 UsageError = options.UsageError
 
 
+def _epilog() -> str:
+  """Defaults per strategy, negative controls, exit codes and examples."""
+  lines = ["defaults (steps, --batch-size, --learning-rate) and negative",
+           "controls, per strategy:"]
+  for name, strategy in sorted(strategies.STRATEGIES.items()):
+    workload = registry.get(strategy.workloads[0])
+    fields = {f.name: f.default
+              for f in dataclasses.fields(strategy.config_class)}
+    config = {**fields, **strategy.defaults, **workload.defaults}
+    steps = (f"{config['epochs']} epochs" if "epochs" in config
+             and config.get("epochs") else f"{config['steps']} steps")
+    lines.append(f"  {name}: {steps}, batch {config['global_batch']}, "
+                 f"learning rate {config['learning_rate']}")
+    controls = ", ".join(c.name + (":N" if c.at_step else "")
+                         for c in strategy.negative_controls)
+    lines += textwrap.wrap(f"--negative-control {controls}", 76,
+                           initial_indent="    ", subsequent_indent="      ")
+  return "\n".join(lines + [
+      "",
+      "exit codes:",
+      "  0  every verdict passes    1  a pair differs",
+      "  2  bad usage or input (one line, before anything compiles)",
+      "  3  training diverged       4  the tool crashed (the JSON is kept)",
+      "",
+      "examples (8 emulated CPU devices; a minute or two on 2 cores):",
+      "  python -m compare --strategy data_parallel --steps 20 --json out.json",
+      "  python -m compare --program examples.resnet.prove:port --plot out.png",
+      "",
+      "guide: docs/MIGRATION.md"])
+
+
 def build_parser() -> options.Parser:
   """The parser; `--strategy` and `--show-diff` choices come from the registry."""
-  parser = options.Parser(prog="python -m compare",
-                          description=__doc__.split("\n")[0])
+  parser = options.Parser(
+      prog="python -m compare", epilog=_epilog(),
+      formatter_class=argparse.RawDescriptionHelpFormatter,
+      description="Runs a program on pmap and on its shard_map (and jit) "
+                  "ports from the same state on the same data, proves they "
+                  "compute the same numbers, and times them on the same "
+                  "devices.")
   options.add_run_options(parser, tuple(strategies.STRATEGIES),
                           default_strategy=None)
   options.add_process_options(parser)
@@ -48,9 +88,12 @@ def build_parser() -> options.Parser:
   add("--traceback", action="store_true",
       help="with --program: print the traceback of the team's code that "
            "raised before the one-line error")
-  add("--windows", type=int, default=10, help="timing windows per run")
-  add("--json", default=None, help="write the report here (atomically)")
-  add("--plot", default=None, help="write a PNG of the curves here")
+  add("--windows", type=int, default=10,
+      help="timing windows per run (default %(default)s)")
+  add("--json", default=None, metavar="PATH",
+      help="write the report here (atomically)")
+  add("--plot", default=None, metavar="PATH",
+      help="write a PNG of the curves and the verdict here")
   add("--show-diff", default=None, metavar="PROGRAM",
       choices=sorted({s.program for s in strategies.STRATEGIES.values()}),
       help="print the diff between the two backends' PROGRAM module and exit")

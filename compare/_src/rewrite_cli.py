@@ -20,27 +20,54 @@ from shardport.launch import emulation
 from compare._src import rewrite_file
 from compare._src.rewrite_file import RewriteError
 
-EXIT_DONE, EXIT_PERSON, EXIT_USAGE = 0, 1, 2
+EXIT_DONE, EXIT_PERSON, EXIT_USAGE, EXIT_CRASH = 0, 1, 2, 4
 _KIND = {"changed": "changed", "person": "NEEDS A PERSON", "kept": "kept"}
+
+
+_EPILOG = """\
+examples:
+  python -m compare.rewrite train.py -o train_port.py
+  python -m compare.rewrite train.py -o train_port.py --prove my_team.prove:port
+  python -m compare.rewrite --in-tree src/ --out-tree src_port/
+
+exit codes:
+  0  every pmap rewritten (and, with --prove, the proof passed)
+  1  something needs a person (the files are still written), or the proof
+     failed
+  2  bad input: one line naming the flag or file, nothing written
+  4  the proof crashed inside the tool
+
+--prove runs on several devices: 8 emulated CPU devices unless XLA_FLAGS
+sets a count (a 1-device mesh proves nothing and is refused).
+guide: docs/REWRITE.md
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="python -m compare.rewrite",
+      formatter_class=argparse.RawDescriptionHelpFormatter,
       description="Rewrites every jax.pmap into jax.jit(jax.shard_map(...)) "
-                  "and reports each change and each place left to a person.")
-  parser.add_argument("input", nargs="?", help="the pmap program, a .py file")
-  parser.add_argument("-o", "--output", help="where the port is written")
-  parser.add_argument("--in-tree", help="a directory: every .py file in it")
-  parser.add_argument("--out-tree", help="where the tree is written (must "
-                      "not exist); files without pmap are copied")
-  parser.add_argument("--report", help="also write the report to this file")
+                  "and reports each change and each place left to a person.",
+      epilog=_EPILOG)
+  parser.add_argument("input", nargs="?", metavar="INPUT.py",
+                      help="the pmap program, a .py file")
+  parser.add_argument("-o", "--output", metavar="OUTPUT.py",
+                      help="where the port is written")
+  parser.add_argument("--in-tree", metavar="DIR",
+                      help="a directory: every .py file in it")
+  parser.add_argument("--out-tree", metavar="DIR", help="where the tree is "
+                      "written (must not exist); files without pmap are "
+                      "copied")
+  parser.add_argument("--report", metavar="FILE",
+                      help="also write the report to this file")
   parser.add_argument("--prove", metavar="PKG.MODULE:NAME", help=(
       "prove the rewrite: the team's compare.Port for the original program "
-      "(or a function returning it), whose pmap_step is a pmap of IN; the "
-      "rewritten step is proved against it"))
-  parser.add_argument("--steps", type=int, help="--prove's steps (default: "
-                      "the Port's)")
+      "(or a function returning it), whose pmap_step is a pmap of INPUT.py "
+      "(or jax.pmap of one of its functions); the rewritten step is proved "
+      "against it"))
+  parser.add_argument("--steps", type=int, metavar="N", help="--prove's "
+                      "steps (default: the Port's)")
   return parser
 
 
@@ -183,6 +210,12 @@ def main(argv=None) -> int:
     except PortError as err:
       print(f"compare.rewrite: {err}", file=sys.stderr)
       return EXIT_USAGE
+    except Exception as err:  # pylint: disable=broad-except
+      # The rewrite and its report are written; the proof did not finish.
+      print(f"compare.rewrite: the proof crashed: {type(err).__name__}: "
+            f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+            " (the rewrite and its report are written)", file=sys.stderr)
+      return EXIT_CRASH
     code = max(code, proved)
   elif not args.in_tree:
     print("to prove it: --prove PKG.MODULE:NAME, the compare.Port of the "
