@@ -16,7 +16,7 @@ import train
 
 def port(steps=6):
   config = models.TransformerConfig(vocab_size=60, output_vocab_size=15,
-                                    max_len=32)
+      max_len=32, emb_dim=64, qkv_dim=64, mlp_dim=128, num_layers=2)
   model, lr = models.Transformer(config), train.create_learning_rate_scheduler(
       base_learning_rate=0.05)
   def init():

@@ -16,6 +16,7 @@ from shardport.launch import distributed
 from shardport.launch import emulation
 from shardport.launch import files
 from shardport.launch import options
+from compare._src import progress
 from compare._src import report
 from shardport import strategies
 from shardport.workloads import registry
@@ -88,6 +89,8 @@ def build_parser() -> options.Parser:
   add("--traceback", action="store_true",
       help="with --program: print the traceback of the team's code that "
            "raised before the one-line error")
+  add("--quiet", action="store_true",
+      help="no progress lines on stderr (the report is still printed)")
   add("--windows", type=int, default=10,
       help="timing windows per run (default %(default)s)")
   add("--json", default=None, metavar="PATH",
@@ -103,7 +106,8 @@ def build_parser() -> options.Parser:
 # What a `--program` run takes from the command line; the program itself
 # fixes the rest (its mesh, batches, optimiser).
 _PROGRAM_FLAGS = ("program", "devices", "steps", "negative_control",
-                  "check_every", "windows", "json", "plot", "traceback")
+                  "check_every", "windows", "json", "plot", "traceback",
+                  "quiet")
 
 
 def _process_actions(parser):
@@ -184,6 +188,7 @@ def _run_program(args):
   from compare._src import proof  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   try:
+    progress.phase(f"loading {args.program}")
     program = port.load(args.program)
     devices = (None if args.devices is None
                else args.devices * jax.process_count())
@@ -208,6 +213,7 @@ def _run_program(args):
 def _run(args):
   from compare._src import proof  # pylint: disable=g-import-not-at-top
 
+  progress.phase("loading the data and checking the options")
   strategy, config, data, n_devices, control = _prepare(args)
   if args.sweep_devices:
     counts = sweep.parse(args.sweep_devices)
@@ -235,6 +241,7 @@ def _run(args):
 
 def _show(args, strategy, full):
   """Prints the report and writes its plot and JSON."""
+  progress.phase("done: the report follows")
   if args.sweep_devices:
     print("\n".join([report.header(full), *sweep.table(full),
                      f"verdict: {full['verdict']}"]))
@@ -284,6 +291,8 @@ def main(argv=None) -> int:
       return EXIT_PASS
     if distributed.is_launcher(args):
       return _launch(args, argv)
+    # A worker of many processes is quiet: process 0 speaks for the job.
+    progress.set_quiet(args.quiet or distributed.is_worker(args))
     distributed.quiet_native_stdout()
     emulation.set_cpu_device_count(args.devices)
     if distributed.is_worker(args):

@@ -3,11 +3,15 @@
 Generic: what only one strategy reports comes from its `report_lines`.
 """
 
+import textwrap
+
 from compare._src import leaf_bands
 from compare._src import lockstep
 from shardport.strategies.throughput import throughput_ratio
 
 SCHEMA = 2
+# The report's first screen fits this many columns.
+WIDTH = 100
 # shard_map must keep at least this share of pmap's throughput (issue 2).
 THROUGHPUT_FLOOR = 0.97
 
@@ -61,11 +65,10 @@ def run_rows(report: dict) -> list[list[str]]:
 
 
 def _runs_table(report):
-  widths = (13, 11, 19, 6, 9, 10, 8, 10, 10, 9, 8)
   line = lambda cells: " ".join(
       f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
-      for i, (c, w) in enumerate(zip(cells, widths)))
-  head = line(COLUMNS)
+      for i, (c, w) in enumerate(zip(cells, _WIDTHS)))
+  head = line(_SHORT)
   return [head, "-" * len(head)] + [line(r) for r in run_rows(report)]
 
 
@@ -80,7 +83,8 @@ def _history(report):
                 if history[0].get(k) is not None), "train_loss")
     points = " ".join(f"{e['step']}:{_fmt(e.get(key), '.3f')}"
                       for e in history)
-    lines.append(f"{name:<12} {key} by step: {points}")
+    lines += textwrap.wrap(f"{name:<12} {key} by step: {points}", WIDTH,
+                           subsequent_indent=" " * 13)
   return lines
 
 
@@ -199,19 +203,93 @@ def verdict_lines(report: dict) -> list[str]:
   return lines
 
 
+# The printed table's column names, narrower than `COLUMNS` (the guide's):
+# the first screen fits 100 columns; `LEGEND` spells them out.
+_SHORT = ("run", "ex/s", "min-max", "% peak", "compile s", "loss",
+          "test acc", "reduce", "gather", "coll KiB", "temp MiB")
+_WIDTHS = (10, 7, 13, 6, 9, 8, 8, 6, 6, 8, 8)
+
+LEGEND = (
+    "legend: ex/s examples per second (median of the timing windows; "
+    "min-max their spread);",
+    "  compile s: the step's compile time, apart from the timing (pmap "
+    "compiles inside its first",
+    "  call); reduce/gather: all-reduces and all-gathers a step runs; coll "
+    "KiB: the bytes they move;",
+    "  bitwise: every bit equal; close: within the allowance; band: a "
+    "pair's difference measured",
+    "  against what rounding alone moves at that step (the one-step band), "
+    "allowed 10x;",
+    "  lockstep: at each step every run takes the step from one shared "
+    "state, so a mistake shows",
+    "  at its step; nudged by one ulp: the batch moved by rounding only, to "
+    "measure the band;",
+    "  shown, not judged: printed for reading, not part of the verdict; "
+    "max_ulp: the largest",
+    "  difference in units in the last place (large near zero, so not "
+    "judged by itself).")
+
+
+def _pair_summaries(report: dict) -> list[str]:
+  """One line per pair: its worst check, with the allowance beside it."""
+  pairs = {}
+  for v in report.get("equivalence", []):
+    pairs.setdefault((v["a"], v["b"]), []).append(v)
+  lines = []
+  for (a, b), checks in pairs.items():
+    failed = [v for v in checks if v["verdict"] == "differ"]
+    ratios = [v.get("max_ratio", v.get("band_ratio")) for v in checks
+              if v.get("max_ratio", v.get("band_ratio")) is not None]
+    allowed = next((v["allowed_ratio"] for v in checks
+                    if v.get("allowed_ratio")), None)
+    if failed:
+      v = failed[0]
+      where = v.get("first_fail_step") or v.get("step")
+      text = (f"DIFFERS at the {v['at'].replace('_', ' ')} check"
+              + (f", step {where}" if where else ""))
+    elif all(v["verdict"] == "bitwise" for v in checks):
+      text = f"bitwise at every check ({len(checks)})"
+    else:
+      text = ("close" + (f": at most {max(ratios):.2f}x its band (allowed "
+                         f"{allowed:g}x)" if ratios and allowed else ""))
+    lines.append(f"  {a + ' vs ' + b:<24} {text}")
+  return lines
+
+
+def summary(report: dict) -> list[str]:
+  """The first screen: the verdict, one line per pair, the speed."""
+  failure = report.get("first_failure")
+  lines = [f"VERDICT: {report['verdict']}"
+           + (f", {failure}" if failure else ""), *_pair_summaries(report)]
+  ratio = throughput_ratio(report)
+  if ratio is not None:
+    legacy, port = report.get("throughput_pair", ("pmap", "shard_map"))
+    lo, hi = ratio["quartiles"]
+    lines.append(f"  speed: {port} {ratio['median']:.3f}x {legacy}'s "
+                 f"examples/s (quartiles {lo:.3f}-{hi:.3f}; target >= "
+                 f"{THROUGHPUT_FLOOR}: "
+                 + ("ok)" if ratio["median"] >= THROUGHPUT_FLOOR
+                    else "below target, not part of the verdict)"))
+  return lines + ["  (the details follow; terms: the legend at the end)", ""]
+
+
 def table(report: dict, strategy_lines: list[str] = ()) -> str:
-  """The whole printed report."""
-  lines = [header(report), *_runs_table(report)]
+  """The whole printed report: the summary first, then the details."""
+  lines = [*summary(report), *textwrap.wrap(header(report), WIDTH,
+                                            subsequent_indent="  "),
+           *_runs_table(report)]
   if report.get("peak_gflops"):
-    lines.append(f"% peak: achieved GFLOP/s (cost analysis x steps/s) over "
-                 f"the f32 matmul peak measured now, "
-                 f"{report['peak_gflops']:.0f} GFLOP/s")
+    lines += textwrap.wrap(
+        f"% peak: achieved GFLOP/s (cost analysis x steps/s) over the f32 "
+        f"matmul peak measured now, {report['peak_gflops']:.0f} GFLOP/s",
+        WIDTH, subsequent_indent="  ")
   for name, why in report.get("skipped_runs", {}).items():
     lines.append(f"{name:<12} not run: {why}")
   lines += ["", *_history(report), "", *strategy_lines, *verdict_lines(report)]
   ratio = throughput_ratio(report)
   if ratio is not None:
-    mark = "ok" if ratio["median"] >= THROUGHPUT_FLOOR else "BELOW TARGET"
+    mark = ("ok" if ratio["median"] >= THROUGHPUT_FLOOR
+            else "below target; speed is not part of the verdict")
     lo, hi = ratio["quartiles"]
     legacy, port = report.get("throughput_pair", ("pmap", "shard_map"))
     lines.append(f"{port}/{legacy} examples/s, window by window: median "
@@ -225,6 +303,7 @@ def table(report: dict, strategy_lines: list[str] = ()) -> str:
   checks = report.get("lockstep") or {}
   judged = (f" ({checks['judged_leaves']} of {checks['leaves']} leaves "
             "judged)" if checks.get("leaves") is not None else "")
+  lines += LEGEND
   lines.append(f"verdict: {report['verdict']}"
                + (f", {failure}" if failure else "") + judged)
   return "\n".join(lines)

@@ -22,6 +22,7 @@ from shardport.launch import distributed
 from compare._src import equivalence
 from compare._src import hlo
 from compare._src import lockstep
+from compare._src import progress as progress_lines
 from shardport.strategies import perturbations
 from compare._src import switch
 from compare._src import timing
@@ -170,6 +171,8 @@ def _runs(strategy, config, n_devices, control):
 
 def _setup(strategy, config, n_devices, control):
   runs = _runs(strategy, config, n_devices, control)
+  progress_lines.phase("building each run's state and steps: " + ", ".join(
+      run.name for run in runs))
   truth = next(r for r in runs if r.name == strategy.truth)
   for run in runs:
     run.n_devices = n_devices
@@ -197,6 +200,7 @@ def _step(run, host_batch, i, n_devices):
   if i == 0 and run.same_as is not None:
     run.step = run.same_as.step  # compiled just before, in this step
   elif i == 0:
+    progress_lines.phase(f"compiling {run.name}")
     run.step = _compile(run, batch)
     # Many processes: each run's first collective builds gloo's context,
     # which fails if the processes come more than 30 s apart; they may
@@ -249,9 +253,12 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   drift = {f"{a}~{b}": [] for a, b in tracked}
   diverged = {}
   order = strategy.train_batches(config, data)
+  progress_lines.phase(f"training {config.steps} steps, every run from the "
+                       "same state on the same batches, checked in lockstep")
   for i, host_batch in enumerate(tqdm.tqdm(
       order, total=config.steps, desc=strategy.name, file=sys.stderr,
-      disable=not progress)):
+      disable=not (progress and progress_lines.bar_shown()))):
+    progress_lines.step(i + 1, config.steps)
     checks.before_step(i + 1)
     for run in runs:
       if not _step(run, host_batch, i, n_devices):
@@ -283,6 +290,7 @@ def measure_throughput(strategy, runs, config, data, windows: int):
   The final state (already fetched and evaluated) is reused rather than a
   fresh one because the compiled step is specialised to its pytree metadata.
   """
+  progress_lines.phase(f"timing: {windows} windows, the runs interleaved")
   host_batches = strategy.timing_batches(config, data, _TIMING_BATCHES)
   timed = []
   for run in runs:
