@@ -23,10 +23,25 @@ def test_program_runs_from_the_command_line(tmp_path, capsys):
   path = tmp_path / "report.json"
   assert cli.main(["--program", f"{TOY}:port", "--steps", "4", "--windows",
                    "1", "--json", str(path)]) == 0
-  out = capsys.readouterr().out
-  assert out.startswith("toy / team program on its own batches")
-  assert "verdict: pass" in out
+  captured = capsys.readouterr()
+  out = captured.out
+  # The verdict first, then one line per pair, within 100 columns.
+  assert out.startswith("VERDICT: pass\n  port vs pmap ")
+  assert all(len(line) <= 100 for line in out.splitlines()[:24])
+  assert "\ntoy / team program on its own batches" in out
+  assert out.rstrip().endswith("verdict: pass (5 of 5 leaves judged)")
   assert json.loads(path.read_text())["steps"] == 4
+  # Progress on stderr, a line per phase, each stamped with its seconds.
+  phases = captured.err.splitlines()
+  assert any("compiling port" in line for line in phases), phases
+  assert all(line.startswith("[") for line in phases), phases
+
+
+def test_quiet_prints_no_progress(capsys):
+  assert cli.main(["--program", f"{TOY}:port", "--steps", "2", "--windows",
+                   "1", "--quiet"]) == 0
+  captured = capsys.readouterr()
+  assert "VERDICT: pass" in captured.out and captured.err == ""
 
 
 def test_a_planted_control_exits_1(capsys):

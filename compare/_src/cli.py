@@ -241,6 +241,7 @@ def _run(args):
 
 def _show(args, strategy, full):
   """Prints the report and writes its plot and JSON."""
+  progress.release()
   progress.phase("done: the report follows")
   if args.sweep_devices:
     print("\n".join([report.header(full), *sweep.table(full),
@@ -292,6 +293,7 @@ def main(argv=None) -> int:
     if distributed.is_launcher(args):
       return _launch(args, argv)
     # A worker of many processes is quiet: process 0 speaks for the job.
+    progress.hold()
     progress.set_quiet(args.quiet or distributed.is_worker(args))
     distributed.quiet_native_stdout()
     emulation.set_cpu_device_count(args.devices)

@@ -3,14 +3,15 @@
 One line per phase (the data, each program compiled, the lockstep steps,
 the timing), each with the seconds since the start; in a terminal the
 steps also get tqdm's bar, and elsewhere (a CI log) a line at each quarter
-of the steps. `--quiet` turns it all off.
+of the steps. `--quiet` turns it all off. Lines before the options are
+checked are held (`release`): bad input still answers with one line.
 """
 
 import sys
 import time
 
 _START = time.perf_counter()
-_state = {"quiet": False}
+_state = {"quiet": False, "held": []}
 
 
 def set_quiet(quiet: bool) -> None:
@@ -24,10 +25,27 @@ def bar_shown() -> bool:
 
 
 def phase(text: str) -> None:
-  """One line: `[  12.3 s] text`."""
-  if not _state["quiet"]:
-    print(f"[{time.perf_counter() - _START:7.1f} s] {text}",
-          file=sys.stderr, flush=True)
+  """One line: `[  12.3 s] text` (held until `release`)."""
+  if _state["quiet"]:
+    return
+  line = f"[{time.perf_counter() - _START:7.1f} s] {text}"
+  if _state["held"] is not None:
+    _state["held"].append(line)
+  else:
+    print(line, file=sys.stderr, flush=True)
+
+
+def hold() -> None:
+  """A run begins: lines are held until its options are checked."""
+  if _state["held"] is None:
+    _state["held"] = []
+
+
+def release() -> None:
+  """The options are good: the held lines, then every line as it comes."""
+  held, _state["held"] = _state["held"], None
+  if held and not _state["quiet"]:
+    print("\n".join(held), file=sys.stderr, flush=True)
 
 
 def step(done: int, total: int) -> None:

@@ -171,6 +171,7 @@ def _runs(strategy, config, n_devices, control):
 
 def _setup(strategy, config, n_devices, control):
   runs = _runs(strategy, config, n_devices, control)
+  progress_lines.release()  # the options and the program are checked
   progress_lines.phase("building each run's state and steps: " + ", ".join(
       run.name for run in runs))
   truth = next(r for r in runs if r.name == strategy.truth)
