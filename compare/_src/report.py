@@ -111,7 +111,8 @@ def _pair_line(v):
                    f"max_ulp={v['max_ulp']}")
   return head + (f"max_abs={v['max_abs']:.1e} max_ulp={v['max_ulp']}"
                  + (f" (rtol {v['rtol']:g}, atol {v['atol']:g}*max)"
-                    if v["at"] == "first_step" else ""))
+                    if v["at"] == "first_step" and v["verdict"] != "bitwise"
+                    else ""))
 
 
 def _steps(steps):
