@@ -163,6 +163,28 @@ def tutorial(script: pathlib.Path, work: pathlib.Path, runs: int) -> dict:
   return record
 
 
+def table(programs: list[dict]) -> str:
+  """The programs as a markdown table (docs/REWRITE.md)."""
+  rows = ["| program | rewrite exit | need a person | pmaps rewritten | "
+          "ran (original, port) | numbers compared | largest relative "
+          "difference |", "|---|---|---|---|---|---|---|"]
+  for r in programs:
+    if "original_ok" in r:
+      ran = (f"{r['original_ok']} and {r['port_ok']} of "
+             f"{len(r['port_runs'])} runs")
+      numbers, worst = "- (unseeded data)", "-"
+    else:
+      ran = f"exit {r['original_exit']}, exit {r['port_exit']}"
+      numbers = str(r["numbers"]) + ("" if r["same_numbers"] else
+                                     " (not the same numbers)")
+      worst = (f"{r['largest_relative']:.1e}" if "largest_relative" in r
+               else "-")
+    rows.append(f"| {r['program']} | {r['rewrite_exit']} | "
+                f"{r['need_a_person']} | {r['rewritten']} | {ran} | "
+                f"{numbers} | {worst} |")
+  return "\n".join(rows)
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--flax", type=pathlib.Path, required=True,
@@ -195,7 +217,7 @@ def main(argv=None) -> int:
             "tensorflow_version": tf.__version__,
             "command": "python -m bench.real_programs.run " + " ".join(
                 sys.argv[1:] if argv is None else argv),
-            "programs": programs}
+            "programs": programs, "table": table(programs)}
   args.json.write_text(json.dumps(result, indent=1) + "\n")
   for record in programs:
     print(json.dumps({k: v for k, v in record.items()
