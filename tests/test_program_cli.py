@@ -47,8 +47,13 @@ def test_quiet_prints_no_progress(capsys):
 def test_a_planted_control_exits_1(capsys):
   assert cli.main(["--program", f"{TOY}:port", "--steps", "6", "--windows",
                    "1", "--negative-control", "update-1pct-at:3"]) == 1
-  assert "verdict: fail, first at step 3: port vs pmap" in (
-      capsys.readouterr().out)
+  out = capsys.readouterr().out
+  assert "verdict: fail, first at step 3: port vs pmap" in out
+  # The summary says so first, on the failing pair's line.
+  assert out.startswith("VERDICT: fail, first at step 3")
+  pair = next(line for line in out.splitlines()
+              if line.startswith("  port vs pmap "))
+  assert "DIFFERS at the lockstep check, step 3" in pair, pair
 
 
 @pytest.mark.parametrize("argv,words", [

@@ -8,8 +8,8 @@ in place of the Port's own `port_step`. A pmap made inside a function
 (flax's nlp_seq builds `p_train_step` in `main`) has no name in the module:
 the Port's `pmap_step` is then a pmap of one of the file's functions (a
 `functools.partial` of it, as the file's own line), and the port is the
-rewrite of the file's one pmap of that function, built around the Port's
-function (`_port_of_local_pmap`). The Port's `port_step` may then be None:
+rewritten file's one port of that function, its own text, built around the
+Port's function (`_port_of_local_pmap`). The Port's `port_step` may then be None:
 the rewrite supplies it. The rewrite keeps pmap's stacked
 layout, so the proved step takes the Port's layout (one state replicated on
 the mesh, the global batch split over it) and hands the rewritten step
@@ -28,7 +28,6 @@ from compare._src import port as port_module
 from compare._src import port_steps
 from compare._src import proof as proof_module
 from compare._src import rewrite_file
-from compare._src import rewrite_pmap
 
 
 def _original_name(port, source: pathlib.Path) -> str | None:
@@ -42,30 +41,40 @@ def _original_name(port, source: pathlib.Path) -> str | None:
   return None
 
 
-def _port_of_local_pmap(port, source: pathlib.Path, helpers: dict):
-  """The rewrite of the file's pmap of the Port's function, built around
-  that function, with the rewritten module's helpers."""
+def _port_of_local_pmap(port, source: pathlib.Path, target: pathlib.Path,
+                        helpers: dict):
+  """The rewritten file's port of its one pmap of the Port's function (its
+  own text, as written in `target`), built around that function with the
+  file's helpers. Returns `(the port, the line in the original)`."""
   fun = getattr(port.pmap_step, "__wrapped__", None)
   base = fun.func if isinstance(fun, functools.partial) else fun
   name = getattr(base, "__name__", None)
-  if name is None or pathlib.Path(getattr(
-      sys.modules.get(base.__module__), "__file__", "") or "").resolve(
-      ) != source.resolve():
+  module = sys.modules.get(getattr(base, "__module__", None))
+  if name is None or pathlib.Path(getattr(module, "__file__", "") or "")\
+      .resolve() != source.resolve():
     raise port_module.PortError(
         f"--prove: the Port's pmap_step is neither a pmap {source} names "
         f"nor jax.pmap of one of its functions (or a functools.partial of "
         "one)")
+  mentions = re.compile(rf"\b{re.escape(name)}\b")
   ports = [p for p in rewrite_file.rewrite_source(source.read_text()).ports
-           if re.search(rf"\b{re.escape(name)}\b", p.fun_code)]
-  if len(ports) != 1:
+           if mentions.search(p.fun_code)]
+  text = target.read_text()
+  written = [ast.get_source_segment(text, node)
+             for node in ast.walk(ast.parse(text))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+             and node.func.id == "_pmap_waited"]
+  written = [w for w in written if mentions.search(w)]
+  if len(ports) != 1 or len(written) != 1 or ports[0].fun_code not in (
+      written[0]):
     raise port_module.PortError(
         f"--prove: {len(ports)} pmaps of {source} map {name} (lines "
-        f"{[p.line for p in ports]}); the proof needs exactly one")
-  namespace = {**helpers, "_proved_function": fun}
+        f"{[p.line for p in ports]}) and {target} has {len(written)} "
+        "ports of it; the proof needs exactly one of each")
   try:
     return eval(  # pylint: disable=eval-used
-        ports[0].template.replace(rewrite_pmap.FUN, "_proved_function"),
-        namespace), ports[0].line
+        written[0].replace(ports[0].fun_code, "_proved_function", 1),
+        {**helpers, "_proved_function": fun}), ports[0].line
   except NameError as err:
     raise port_module.PortError(
         f"--prove: the pmap at {source}:{ports[0].line} uses a local name "
@@ -139,7 +148,8 @@ def prove(port, source: pathlib.Path, target: pathlib.Path,
   if name is not None:
     rewritten = getattr(_rewritten_module(target), name)
   else:
-    rewritten, line = _port_of_local_pmap(port, source, _helpers(target))
+    rewritten, line = _port_of_local_pmap(port, source, target,
+                                          _helpers(target))
     name = f"pmap of line {line}"
   proved = _with_layout(port, rewritten)
   proof = proof_module.prove(proved, steps=steps, windows=1)
