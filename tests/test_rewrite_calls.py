@@ -72,6 +72,26 @@ def test_donate_argnums_reported_kept_is_kept(tmp_path):
   assert not batch["x"].is_deleted()
 
 
+def test_each_call_is_waited_for_on_cpu(tmp_path, monkeypatch):
+  # Steps queued unread can abort emulated CPU devices' rendezvous
+  # (docs/jax-facts.md): the port waits for every call, not just the first.
+  port = tmp_path / "call_forms_port.py"
+  port.write_text(rewrite.rewrite_source(
+      (INPUTS / "call_forms.py").read_text()).code)
+  module = _load(port)
+  waited = []
+  real = jax.block_until_ready
+  monkeypatch.setattr(jax, "block_until_ready",
+                      lambda x: waited.append(1) or real(x))
+  n = jax.local_device_count()
+  params = jnp.zeros((n, 4))
+  batch = {"x": jnp.ones((n, 8, 4)), "y": jnp.ones((n, 8))}
+  rngs = jax.random.split(jax.random.PRNGKey(0), n)
+  for _ in range(3):
+    params, _ = module.p_train_step(params, batch, dropout_rng=rngs)
+  assert len(waited) == 3
+
+
 # Sources the report is checked on: each pmap either "changed" (and
 # rewritten) or left to a person, never both.
 SOURCES = {
@@ -93,6 +113,8 @@ SOURCES = {
     "nested partial": (
         "f = functools.partial(jax.pmap, axis_name='i')(jax.pmap(g, 'j'))\n"),
     "mixed": "f = jax.pmap(g, 'i')\nh = jax.pmap(g, 'i', in_axes=A)\n",
+    "unknown axis": "f = jax.pmap(g, 'i')\n"
+                    "def h(x):\n  return jax.lax.psum(x, 'j')\n",
     "two decorators": "@jax.pmap\n@jax.pmap\ndef f(x):\n  return x\n",
 }
 
