@@ -44,6 +44,9 @@ SCRIPTS = {"traps": ["-m", "docs.traps"],
            "team_programs": ["-m", "docs.team_programs"],
            # python -m compare.rewrite on a flax-examples-style script.
            "rewrite": ["-m", "bench.rewrite_runs"],
+           # ... and on programs written elsewhere: needs tensorflow-cpu
+           # and FLAX_CHECKOUT, a checkout of google/flax (about 30 min).
+           "real_programs": ["-m", "bench.real_programs.run"],
            # The issue 13 utilisation target's workload: 28x28 inputs.
            "utilisation": ["-m", "compare", "--strategy", "data_parallel",
                            "--dataset", "synthetic:28x28", "--steps", "30",

@@ -7,7 +7,7 @@ beside their originals on 8 emulated CPU devices.
 Fetches nothing: `--flax` is a checkout of google/flax (its
 `examples/nlp_seq` is run as written, on synthetic CoNLL-U files), and
 `--tutorial` the JAX pmap tutorial's linear regression as the tutorial
-writes it. Run it with a Python that has tensorflow-cpu and tensorboard
+writes it (`bench/real_programs/pmap_tutorial.py`, the default). Run it with a Python that has tensorflow-cpu and tensorboard
 beside this project (nlp_seq reads its data with tf.data and logs through
 tensorboard); CI does not, tensorflow is large. Each program is rewritten
 (`compare.rewrite`: its exit code and the places it leaves to a person),
@@ -187,13 +187,18 @@ def table(programs: list[dict]) -> str:
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--flax", type=pathlib.Path, required=True,
-                      help="a checkout of google/flax")
-  parser.add_argument("--tutorial", type=pathlib.Path, required=True,
+  parser.add_argument("--flax", type=pathlib.Path,
+                      default=os.environ.get("FLAX_CHECKOUT"),
+                      help="a checkout of google/flax (default: "
+                           "$FLAX_CHECKOUT)")
+  parser.add_argument("--tutorial", type=pathlib.Path,
+                      default=HERE / "pmap_tutorial.py",
                       help="the pmap tutorial's script, as written")
   parser.add_argument("--tutorial-runs", type=int, default=20)
   parser.add_argument("--json", type=pathlib.Path, required=True)
   args = parser.parse_args(argv)
+  if args.flax is None:
+    parser.error("--flax: give a checkout of google/flax (or FLAX_CHECKOUT)")
   for path in (args.flax / "examples" / "nlp_seq", args.tutorial):
     if not path.exists():
       parser.error(f"{path} does not exist")

@@ -14,7 +14,7 @@ whole leaf.
 
 Reported beside the verdict, all from the same run: each run's bytes of
 params + optimiser state on one device (its addressable shards), against the
-data_parallel run's replicated state (target: at most 1/N + 10%); the bytes
+data_parallel run's replicated state (target: at most 1/N + 0.1 of it); the bytes
 each step all-gathers and reduce-scatters against the data_parallel run's
 all-reduce (`compare._src.hlo`, in each run's entry); and examples/s against the
 data_parallel run, window by window.
@@ -34,7 +34,7 @@ from shardport.strategies.negative_controls import NegativeControl
 from shardport.strategies.strategy import RunSpec
 from shardport.strategies.tolerances import Tolerance
 
-MEMORY_TARGET = 0.10  # per-device state <= (1/N + 10%) of the replicated
+MEMORY_TARGET = 0.10  # per-device state <= (1/N + 0.1) of the replicated
 BASELINE = "data_parallel"  # the run with the replicated state
 REPLICATED = -1
 
@@ -170,7 +170,7 @@ class Fsdp(DataParallel):
       ok = ratio <= 1 / n + MEMORY_TARGET
       lines.append(
           f"{name:<13} params+opt state per device {mine} B = {ratio:.3f}x "
-          f"{BASELINE}'s {full} B (target <= 1/{n} + 10% = "
+          f"{BASELINE}'s {full} B (target <= 1/{n} + {MEMORY_TARGET:g} = "
           f"{1 / n + MEMORY_TARGET:.3f}: {'met' if ok else 'NOT met'})")
       lines.append(_collectives_line(name, run))
       speed = throughput.throughput_ratio(
