@@ -56,13 +56,19 @@ def test_a_differing_pair_exits_1(tmp_path, monkeypatch):
   assert report["first_failure"].startswith("first at step 1:")
 
 
-def test_a_crash_leaves_no_json(tmp_path, monkeypatch):
+def test_a_crash_leaves_no_json(tmp_path, monkeypatch, capsys):
   def boom(*args, **kwargs):
     raise RuntimeError("crash mid-run")
   monkeypatch.setattr(runner, "compare", boom)
   path = tmp_path / "out.json"
   assert cli.main(SMALL + ["--json", str(path)]) == cli.EXIT_CRASH
   assert not path.exists() and not list(tmp_path.iterdir())
+  # One line, the traceback only behind --traceback.
+  err = capsys.readouterr().err
+  assert "Traceback" not in err
+  assert err.splitlines()[-1].startswith("compare: crashed: RuntimeError")
+  assert cli.main(SMALL + ["--traceback"]) == cli.EXIT_CRASH
+  assert "Traceback" in capsys.readouterr().err
 
 
 def test_plot_beside_json_writes_both(tmp_path, capsys, monkeypatch):

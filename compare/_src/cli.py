@@ -49,9 +49,11 @@ def _epilog() -> str:
   return "\n".join(lines + [
       "",
       "exit codes:",
-      "  0  every verdict passes    1  a pair differs",
+      "  0  every verdict passes",
+      "  1  a pair differs",
       "  2  bad usage or input (one line, before anything compiles)",
-      "  3  training diverged       4  the tool crashed (the JSON is kept)",
+      "  3  training diverged",
+      "  4  the tool crashed (what was measured is kept; --traceback)",
       "",
       "examples (8 emulated CPU devices; a minute or two on 2 cores):",
       "  python -m compare --strategy data_parallel --steps 20 --json out.json",
@@ -66,7 +68,7 @@ def build_parser() -> options.Parser:
       prog="python -m compare", epilog=_epilog(),
       formatter_class=argparse.RawDescriptionHelpFormatter,
       description="Runs a program on pmap and on its shard_map (and jit) "
-                  "ports from the same state on the same data, proves they "
+                  "ports from the same state on the same data,\nproves they "
                   "compute the same numbers, and times them on the same "
                   "devices.")
   options.add_run_options(parser, tuple(strategies.STRATEGIES),
@@ -87,7 +89,8 @@ def build_parser() -> options.Parser:
   add("--sweep-devices", default=None, metavar="N,N,...",
       help="compare on each of these device counts (e.g. 1,2,4,8)")
   add("--traceback", action="store_true",
-      help="with --program: print the traceback of the team's code that "
+      help="print the traceback of a crash, and with --program of the "
+           "team's code that "
            "raised before the one-line error")
   add("--quiet", action="store_true",
       help="no progress lines on stderr (the report is still printed)")
@@ -306,10 +309,11 @@ def main(argv=None) -> int:
     print(f"compare: error: {err}", file=sys.stderr)
     return EXIT_USAGE
   except Exception as err:  # pylint: disable=broad-except
-    # A crash is not a verdict: its own exit code, the traceback, then one
-    # line a CI log ends with.
-    traceback.print_exc(file=sys.stderr)
+    # A crash is not a verdict: its own exit code and one line a CI log
+    # ends with; the traceback behind --traceback.
+    if "--traceback" in argv:
+      traceback.print_exc(file=sys.stderr)
     print(f"compare: crashed: {type(err).__name__}: "
           f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}"
-          f" (exit {EXIT_CRASH})", file=sys.stderr)
+          f" (exit {EXIT_CRASH}; --traceback shows where)", file=sys.stderr)
     return EXIT_CRASH

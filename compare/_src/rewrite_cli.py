@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
       prog="python -m compare.rewrite",
       formatter_class=argparse.RawDescriptionHelpFormatter,
       description="Rewrites every jax.pmap into jax.jit(jax.shard_map(...)) "
-                  "and reports each change and each place left to a person.",
+                  "and reports each change\nand each place left to a person.",
       epilog=_EPILOG)
   parser.add_argument("input", nargs="?", metavar="INPUT.py",
                       help="the pmap program, a .py file")
