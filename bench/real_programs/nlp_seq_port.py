@@ -4,14 +4,8 @@ nlp_seq_port:port` proves the rewrite of its `p_train_step` (run from the
 example's folder, beside its train.py and models.py)."""
 import functools
 
-import jax
-import numpy as np
-import optax
+import compare, jax, models, numpy as np, optax, train  # pylint: disable=multiple-imports
 from flax.training import train_state
-
-import compare
-import models
-import train
 
 
 def port(steps=6):

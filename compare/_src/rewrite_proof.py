@@ -65,7 +65,11 @@ def _port_of_local_pmap(port, source: pathlib.Path, target: pathlib.Path,
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
              and node.func.id == "_pmap_waited"]
   written = [w for w in written if mentions.search(w)]
-  if len(ports) != 1 or len(written) != 1 or ports[0].fun_code not in (
+  # The function's source as written there (LibCST may re-indent it).
+  fun_code = re.compile(r"\s*".join(
+      re.escape(chunk) for chunk in ports[0].fun_code.split())
+                        ) if len(ports) == 1 else None
+  if len(ports) != 1 or len(written) != 1 or not fun_code.search(
       written[0]):
     raise port_module.PortError(
         f"--prove: {len(ports)} pmaps of {source} map {name} (lines "
@@ -73,7 +77,7 @@ def _port_of_local_pmap(port, source: pathlib.Path, target: pathlib.Path,
         "ports of it; the proof needs exactly one of each")
   try:
     return eval(  # pylint: disable=eval-used
-        written[0].replace(ports[0].fun_code, "_proved_function", 1),
+        fun_code.sub("_proved_function", written[0], count=1),
         {**helpers, "_proved_function": fun}), ports[0].line
   except NameError as err:
     raise port_module.PortError(
