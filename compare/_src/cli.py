@@ -55,9 +55,11 @@ def _epilog() -> str:
       "  3  training diverged",
       "  4  the tool crashed (what was measured is kept; --traceback)",
       "",
-      "examples (8 emulated CPU devices; a minute or two on 2 cores):",
-      "  python -m compare --strategy data_parallel --steps 20 --json out.json",
-      "  python -m compare --program examples.resnet.prove:port --plot out.png",
+      "examples (8 emulated CPU devices; seconds to a minute on 2 cores):",
+      "  python -m compare --strategy data_parallel --workload linreg "
+      "--steps 20 --json out.json",
+      "  python -m compare --program examples.linear_regression.prove:port "
+      "--plot out.png",
       "",
       "guide: docs/MIGRATION.md"])
 
