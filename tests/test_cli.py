@@ -84,11 +84,15 @@ def test_plot_beside_json_writes_both(tmp_path, capsys, monkeypatch):
     raise RuntimeError("no display")
   monkeypatch.setattr(plots, "learning_curves", broken)
   path.unlink()
+  capsys.readouterr()
   assert cli.main(SMALL + ["--plot", str(plot), "--json",
                            str(path)]) == cli.EXIT_CRASH
   assert json.loads(path.read_text())["verdict"] == "pass"
-  assert "compare: crashed: RuntimeError: no display (exit 4)" in (
-      capsys.readouterr().err)
+  err = capsys.readouterr().err
+  assert ("compare: crashed: RuntimeError: no display (exit 4; --traceback "
+          "shows where)") in err
+  # Each run's progress once: a run before it in this process left none.
+  assert err.count("loading the data and checking the options") == 1, err
 
 
 @pytest.mark.parametrize("argv, message", [

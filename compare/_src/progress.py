@@ -36,9 +36,12 @@ def phase(text: str) -> None:
 
 
 def hold() -> None:
-  """A run begins: lines are held until its options are checked."""
-  if _state["held"] is None:
+  """A run begins: lines are held until its options are checked. The first
+  run keeps what `python -m compare` held before it; a later run in the
+  same process (a test calling `main` again) starts afresh."""
+  if _state["held"] is None or _state.get("started"):
     _state["held"] = []
+  _state["started"] = True
 
 
 def release() -> None:
