@@ -16,7 +16,8 @@ module level: a function nested in a case would be quoted as
 `_case.<locals>.name`), and the index quotes no name of this repository
 (`tests/test_error_messages.py` checks).
 
-A message too slow to raise (gloo's 30-s timeout) is a `Recorded` row.
+A message too slow to raise (gloo's 30-s timeout) is a `Recorded` row
+(`docs.errors_recorded`).
 optax 0.2.7 cannot be installed beside optax 0.2.8; its case runs the line
 optax 0.2.7 runs on import (`jax.config.update('jax_pmap_shmap_merge',
 False)`, in `optax/contrib/_complex_valued.py`) and, when `OPTAX_027_PATH`
@@ -46,6 +47,7 @@ from jax.sharding import AxisType, NamedSharding  # pylint: disable=g-import-not
 from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from docs import errors_processes  # pylint: disable=g-import-not-at-top,wrong-import-position
+from docs.errors_recorded import RECORDED, Recorded  # pylint: disable=g-import-not-at-top,wrong-import-position,unused-import
 
 N = 8
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -60,22 +62,6 @@ class Case:
   fix: str  # the guide's anchor (#...) that fixes it
   run: Callable[[], object]
   processes: int = 1  # jax.distributed processes it needs (it starts them)
-
-
-@dataclasses.dataclass(frozen=True)
-class Recorded:
-  """A wrong idiom whose message is quoted from this repository's notes.
-
-  Not run here, nor by the tests: raising it costs too much (`why`). The
-  quote is `source`'s text, verbatim (the test checks that it still is).
-  """
-
-  id: str
-  idiom: str
-  fix: str
-  message: str  # verbatim from `source`, elisions (`...`) included
-  source: str  # the file under the repository root that records it
-  why: str  # why it is not run
 
 
 def _raised(fn):
@@ -360,20 +346,6 @@ CASES = (
          "#cheap-fetch", errors_processes.fetch_across_processes, processes=2),
 )
 
-RECORDED = (
-    Recorded("gloo-context", "2 processes whose first collective comes more "
-             "than about 30 s apart (one compiled slower)",
-             "#many-processes",
-             "Gloo context initialization failed: ... GetKeyValue() timed out",
-             "docs/many-hosts.template.md",
-             "it takes gloo's fixed timeout of about 30 s to raise"),
-    Recorded("cpu-rendezvous", "on emulated CPU devices, many steps with "
-             "collectives queued without reading a result (the pmap "
-             "tutorial's loop)", "#prove",
-             "Expected 8 threads to join the rendezvous, but only 7 of them "
-             "arrived on time.", "docs/jax-facts.md",
-             "it aborts the process after 40 s, and not in every run"),
-)
 
 
 def messages() -> dict[str, str]:

@@ -7,11 +7,7 @@ nested pmap is left whole; `donate_argnums` reported kept is kept.
 """
 
 import collections
-import importlib.util
-import os
 import pathlib
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -19,27 +15,10 @@ import numpy as np
 import pytest
 
 from compare import rewrite
+from tests.test_rewrite import _load, _script_output  # pylint: disable=g-bad-import-order
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 INPUTS = ROOT / "tests" / "rewrite_inputs"
-
-
-def _printed(path):
-  env = {**os.environ, "XLA_FLAGS":
-         "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
-  done = subprocess.run([sys.executable, str(path)], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=300,
-                        check=False)
-  assert done.returncode == 0, done.stderr[-2000:]
-  return done.stdout
-
-
-def _load(path):
-  spec = importlib.util.spec_from_file_location(f"rewritten_{path.stem}",
-                                                path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
 
 
 def test_every_call_form_runs_and_prints_the_same(tmp_path, capsys):
@@ -48,9 +27,9 @@ def test_every_call_form_runs_and_prints_the_same(tmp_path, capsys):
                        str(port)]) == 0
   out = capsys.readouterr().out
   assert "5 pmap(s) rewritten, 0 place(s) need a person" in out
-  want = _printed(INPUTS / "call_forms.py")
+  want = _script_output(INPUTS / "call_forms.py")
   assert want.count("\n") == 9  # every form printed its number
-  assert _printed(port) == want
+  assert _script_output(port) == want
 
 
 def test_donate_argnums_reported_kept_is_kept(tmp_path):
