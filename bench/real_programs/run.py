@@ -50,10 +50,18 @@ def _python(args, cwd, timeout=900):
   return done, time.perf_counter() - start
 
 
-def _rewrite(source: pathlib.Path, target: pathlib.Path) -> dict:
-  done, _ = _python(["-m", "compare.rewrite", source, "-o", target], ROOT)
+# What the global step removes; none may be left where it was taken.
+STACKED = re.compile(r"\b(?:replicate|unreplicate|common_utils\.shard|"
+                     r"prefetch_to_device)\(")
+
+
+def _rewrite(source: pathlib.Path, target: pathlib.Path,
+             global_step: bool = False) -> dict:
+  done, _ = _python(["-m", "compare.rewrite", source, "-o", target,
+                     *(["--global"] if global_step else [])], ROOT)
   summary = done.stdout.strip().splitlines()
-  return {"rewrite_exit": done.returncode,
+  left = (STACKED.findall(target.read_text()) if target.exists() else [])
+  return {"rewrite_exit": done.returncode, "stacked_calls_left": len(left),
           "need_a_person": done.stdout.count("NEEDS A PERSON"),
           "rewritten": int(re.search(r"(\d+) pmap\(s\) rewritten",
                                      done.stdout).group(1))
@@ -82,14 +90,16 @@ def _scalars(folder: pathlib.Path) -> dict:
   return values
 
 
-def nlp_seq(flax: pathlib.Path, work: pathlib.Path) -> dict:
+def nlp_seq(flax: pathlib.Path, work: pathlib.Path,
+            global_step: bool = False) -> dict:
   """flax's examples/nlp_seq as written, and its rewrite."""
   folder = work / "nlp_seq"
   shutil.copytree(flax / "examples" / "nlp_seq", folder)
   conll.write(folder / "train.conll", 600, seed=0)
   conll.write(folder / "dev.conll", 100, seed=1)
   record = {"program": "flax examples/nlp_seq (as written)",
-            **_rewrite(folder / "train.py", folder / "train_port.py")}
+            **_rewrite(folder / "train.py", folder / "train_port.py",
+                       global_step)}
   runs = {}
   for name in ("train.py", "train_port.py"):
     model_dir = folder / f"model_{name[:-3]}"
@@ -123,12 +133,12 @@ def _compared(before, after, t0, t1) -> dict:
 
 
 def printed_program(name: str, script: pathlib.Path,
-                    work: pathlib.Path) -> dict:
+                    work: pathlib.Path, global_step: bool = False) -> dict:
   """A script that prints its numbers, and its rewrite."""
   source = work / script.name
   shutil.copyfile(script, source)
   port = work / f"{script.stem}_port.py"
-  record = {"program": name, **_rewrite(source, port)}
+  record = {"program": name, **_rewrite(source, port, global_step)}
   before, t0 = _python([source], work)
   after, t1 = _python([port], work)
   record.update(_compared(before, after, t0, t1))
@@ -166,8 +176,9 @@ def tutorial(script: pathlib.Path, work: pathlib.Path, runs: int) -> dict:
 def table(programs: list[dict]) -> str:
   """The programs as a markdown table (docs/REWRITE.md)."""
   rows = ["| program | rewrite exit | need a person | pmaps rewritten | "
+          "replicate/shard/unreplicate/prefetch calls left | "
           "ran (original, port) | numbers compared | largest relative "
-          "difference |", "|---|---|---|---|---|---|---|"]
+          "difference |", "|---|---|---|---|---|---|---|---|"]
   for r in programs:
     if "original_ok" in r:
       ran = (f"{r['original_ok']} and {r['port_ok']} of "
@@ -180,7 +191,8 @@ def table(programs: list[dict]) -> str:
       worst = (f"{r['largest_relative']:.1e}" if "largest_relative" in r
                else "-")
     rows.append(f"| {r['program']} | {r['rewrite_exit']} | "
-                f"{r['need_a_person']} | {r['rewritten']} | {ran} | "
+                f"{r['need_a_person']} | {r['rewritten']} | "
+                f"{r.get('stacked_calls_left', '-')} | {ran} | "
                 f"{numbers} | {worst} |")
   return "\n".join(rows)
 
@@ -195,6 +207,10 @@ def main(argv=None) -> int:
                       default=HERE / "pmap_tutorial.py",
                       help="the pmap tutorial's script, as written")
   parser.add_argument("--tutorial-runs", type=int, default=20)
+  parser.add_argument("--global", dest="global_step", action="store_true",
+                      help="the second step (`compare.rewrite --global`): "
+                      "nlp_seq, the stand-ins and tests/rewrite_inputs' "
+                      "scripts, each port's numbers against the original's")
   parser.add_argument("--json", type=pathlib.Path, required=True)
   args = parser.parse_args(argv)
   if args.flax is None:
@@ -205,8 +221,20 @@ def main(argv=None) -> int:
   import jax  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   import tensorflow as tf  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   work = pathlib.Path(tempfile.mkdtemp(prefix="shardport-real-"))
+  inputs = ROOT / "tests" / "rewrite_inputs"
   try:
     programs = [
+        nlp_seq(args.flax, work, True),
+        *[printed_program(name, path, work, True) for name, path in (
+            ("stand-in: examples/wmt's pmaps", HERE / "wmt_constructs.py"),
+            ("stand-in: examples/imagenet's pmaps",
+             HERE / "imagenet_constructs.py"),
+            ("a flax-examples-style script (tests/rewrite_inputs)",
+             inputs / "flax_style_train.py"),
+            ("the pmap tutorial, seeded (tests/rewrite_inputs)",
+             inputs / "tutorial_linear_regression.py"),
+            ("a pmap made in main (tests/rewrite_inputs)",
+             inputs / "local_pmap_train.py"))]] if args.global_step else [
         nlp_seq(args.flax, work),
         printed_program("stand-in: examples/wmt's pmaps",
                         HERE / "wmt_constructs.py", work),

@@ -1,6 +1,7 @@
 """`python -m compare.rewrite`: files in, files and a report out.
 
-    python -m compare.rewrite IN.py -o OUT.py [--report R.txt] [--prove SPEC]
+    python -m compare.rewrite IN.py -o OUT.py [--global] [--report R.txt]
+        [--prove SPEC]
     python -m compare.rewrite --in-tree DIR --out-tree DIR [--report R.txt]
 
 Like `tf_upgrade_v2`: every change and every place left to a person, by file
@@ -18,6 +19,7 @@ import tempfile
 
 from shardport.launch import emulation
 from compare._src import rewrite_file
+from compare._src import rewrite_global
 from compare._src.rewrite_file import RewriteError
 
 EXIT_DONE, EXIT_PERSON, EXIT_USAGE, EXIT_CRASH = 0, 1, 2, 4
@@ -28,6 +30,7 @@ _EPILOG = """\
 examples:
   python -m compare.rewrite train.py -o train_port.py
   python -m compare.rewrite train.py -o train_port.py --prove my_team.prove:port
+  python -m compare.rewrite train.py -o train_global.py --global
   python -m compare.rewrite --in-tree src/ --out-tree src_port/
 
 exit codes:
@@ -66,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
       "(or a function returning it), whose pmap_step is a pmap of INPUT.py "
       "(or jax.pmap of one of its functions); the rewritten step is proved "
       "against it"))
+  parser.add_argument("--global", dest="global_step", action="store_true",
+                      help="also the second step: the state placed once on "
+                      "the mesh (P()), each batch one global array "
+                      "(P(axis)), no replicate/shard/unreplicate/[0]; where "
+                      "it cannot be taken, the first step is written and "
+                      "each place reported")
   parser.add_argument("--steps", type=int, metavar="N", help="--prove's "
                       "steps (default: the Port's)")
   return parser
@@ -105,7 +114,7 @@ def _check_writable(directory: pathlib.Path, flag: str) -> None:
     raise RewriteError(f"{flag}: cannot write in {directory}")
 
 
-def _rewrite_all(pairs, tree: bool):
+def _rewrite_all(pairs, tree: bool, global_step: bool = False):
   """Every file's `Rewrite` (None: no pmap, copied as it is), or raises."""
   results = []
   for source, target in pairs:
@@ -114,8 +123,9 @@ def _rewrite_all(pairs, tree: bool):
     except (OSError, UnicodeDecodeError) as err:
       raise RewriteError(f"{source}: cannot read it ({err})") from None
     try:
-      results.append((source, target,
-                      rewrite_file.rewrite_source(text, str(source))))
+      rewrite = (rewrite_global.rewrite_global_source if global_step
+                 else rewrite_file.rewrite_source)
+      results.append((source, target, rewrite(text, str(source))))
     except RewriteError as err:
       if not (tree and str(err).endswith("no jax.pmap found")):
         raise
@@ -160,18 +170,31 @@ def _load_port(spec: str):
 def report_lines(results) -> list[str]:
   """The report: one line per finding, by file and line, then the counts."""
   lines, counts = [], {kind: 0 for kind in _KIND}
+  pmaps = placed = 0
   for source, target, rewrite in results:
     if rewrite is None:
       continue
     lines.append(f"{source} -> {target}")
     for finding in rewrite.findings:
       counts[finding.kind] += 1
+      if finding.kind == "changed":
+        if finding.text.startswith("pmap over"):
+          pmaps += 1
+        else:
+          placed += 1
       lines.append(f"  {source}:{finding.line}: {_KIND[finding.kind]}: "
                    f"{finding.text}")
-  lines.append(f"{counts['changed']} pmap(s) rewritten, {counts['person']} "
+  if placed:
+    lines.append(f"{pmaps} pmap(s) rewritten to global arrays, {placed} "
+                 f"call site(s) moved to global arrays, {counts['person']} "
+                 f"place(s) need a person, {counts['kept']} call site(s) "
+                 "keep pmap's stacked layout (values the program reads per "
+                 "device)")
+    return lines
+  lines.append(f"{pmaps} pmap(s) rewritten, {counts['person']} "
                f"place(s) need a person, {counts['kept']} call site(s) keep "
                "pmap's stacked layout (the next step: the state placed once "
-               "on the mesh; docs/MIGRATION.md#idiom-map)")
+               "on the mesh, --global; docs/MIGRATION.md#idiom-map)")
   return lines
 
 
@@ -188,7 +211,8 @@ def main(argv=None) -> int:
       _check_writable(pathlib.Path(args.report).parent, "--report")
     if args.steps is not None and (args.steps < 1 or not args.prove):
       raise RewriteError("--steps takes a positive count, with --prove")
-    results = _rewrite_all(pairs, tree=bool(args.in_tree))
+    results = _rewrite_all(pairs, tree=bool(args.in_tree),
+                           global_step=args.global_step)
     if args.prove:
       port = _load_port(args.prove)
     _write(results, pathlib.Path(args.out_tree) if args.out_tree else None)
@@ -206,7 +230,8 @@ def main(argv=None) -> int:
     from compare._src import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
     from compare._src.port import PortError  # pylint: disable=g-import-not-at-top,import-outside-toplevel
     try:
-      proved = rewrite_proof.prove(port, *pairs[0], steps=args.steps)
+      proved = rewrite_proof.prove(port, *pairs[0], steps=args.steps,
+                                   global_step=args.global_step)
     except PortError as err:
       print(f"compare.rewrite: {err}", file=sys.stderr)
       return EXIT_USAGE

@@ -38,7 +38,7 @@ class Rewrite:
     return any(f.kind == "person" for f in self.findings)
 
 
-def _pmap_aliases(module) -> set[str]:
+def pmap_aliases(module) -> set[str]:
   """Names bound to jax.pmap by `from jax import pmap [as NAME]`."""
   aliases = set()
   for statement in module.body:
@@ -78,7 +78,7 @@ class _References(cst.CSTVisitor):
     return False  # `from jax import pmap` is not a use
 
 
-def _with_imports(code: str, module: cst.Module, static: bool) -> str:
+def with_imports(code: str, module: cst.Module, static: bool) -> str:
   """`code` with the helpers' imports and the helpers after the imports."""
   have = {cst.Module([]).code_for_node(s).strip() for s in module.body
           if isinstance(s, cst.SimpleStatementLine)}
@@ -117,7 +117,7 @@ def rewrite_source(source: str, path: str = "<string>") -> Rewrite:
   except cst.ParserSyntaxError as err:
     raise RewriteError(f"{path} is not Python: line {err.raw_line}: "
                        f"{err.message}") from None
-  aliases = _pmap_aliases(module)
+  aliases = pmap_aliases(module)
   wrapper = metadata.MetadataWrapper(module)
   references = _References(aliases)
   wrapper.visit(references)
@@ -130,7 +130,7 @@ def rewrite_source(source: str, path: str = "<string>") -> Rewrite:
   findings += [Finding(line, "person", "jax.pmap used as a value (not "
                        "called or a decorator): rewrite it by hand")
                for line in sorted(set(references.lines) - seen)]
-  code = (_with_imports(new.code, module, rewriter.uses_static)
+  code = (with_imports(new.code, module, rewriter.uses_static)
           if rewriter.changed else source)
   return Rewrite(code, tuple(sorted(findings, key=lambda f: f.line)),
                  tuple(rewriter.ports))

@@ -229,18 +229,20 @@ class PmapRewriter(cst.CSTTransformer):
             if "devices" in named else f"_pmap_mesh({axis})")
     donate = (f", donate_argnums={self._code(named['donate_argnums'])}"
               if "donate_argnums" in named else "")
+    in_axes, out_axes, in_code, out_code = self._layout(line, in_axes,
+                                                        out_axes, axis)
     self.changed += 1
     self.uses_static = self.uses_static or bool(static)
     self.findings.append(Finding(line, "changed", (
         f"pmap over {axis} -> jax.jit(jax.shard_map(...)): in_specs "
-        f"{_specs(in_axes, axis)}, out_specs {_specs(out_axes, axis)}, "
+        f"{in_code}, out_specs {out_code}, "
         "check_vma=False (as pmap runs)"
         + (", donate_argnums kept" if donate else "")
         + (f", static_broadcasted_argnums {static} as jit's static_argnums"
            if static else ""))))
     pad = " " * 4  # LibCST adds the enclosing block's own indentation.
-    specs = (f"{pad}    in_specs=({_specs(in_axes, axis)}, jax.P({axis})),\n"
-             f"{pad}    out_specs={_specs(out_axes, axis)},\n")
+    specs = (f"{pad}    in_specs=({in_code}, jax.P({axis})),\n"
+             f"{pad}    out_specs={out_code},\n")
     if not static:
       return (f"_pmap_waited(jax.jit(\n{pad}_pmap_keywords(jax.shard_map(\n"
               f"{pad}    _pmap_view({fun_code}, in_axes={in_axes!r}, "
@@ -255,6 +257,12 @@ class PmapRewriter(cst.CSTTransformer):
             f"{pad}    {fun_code}, {static!r}),\n"
             f"{pad}static_argnums={static!r}{donate}))")
 
+  def _layout(self, line, in_axes, out_axes, axis):
+    """`(in_axes, out_axes, in_specs, out_specs)` of the port at `line`:
+    pmap's stacked layout (the global step overrides it)."""
+    del line
+    return in_axes, out_axes, _specs(in_axes, axis), _specs(out_axes, axis)
+
   def _builds_pmap(self, node) -> bool:
     """Whether `node` calls jax.pmap or functools.partial(jax.pmap, ...)."""
     return isinstance(node, cst.Call) and (
@@ -262,6 +270,14 @@ class PmapRewriter(cst.CSTTransformer):
         or (isinstance(node.func, cst.Call) and _is_partial(node.func.func)
             and bool(node.func.args)
             and is_pmap(node.func.args[0].value, self.aliases)))
+
+  builds_pmap = _builds_pmap
+
+  def is_pmap_decorator(self, expr) -> bool:
+    """Whether a decorator is jax.pmap or functools.partial(jax.pmap, ...)."""
+    return is_pmap(expr, self.aliases) or (
+        isinstance(expr, cst.Call) and _is_partial(expr.func)
+        and bool(expr.args) and is_pmap(expr.args[0].value, self.aliases))
 
   def _note_axis(self, node):
     """Records the axis a pmap-building call names (keyword or second

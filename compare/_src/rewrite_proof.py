@@ -78,7 +78,7 @@ def _port_of_local_pmap(port, source: pathlib.Path, target: pathlib.Path,
   try:
     return eval(  # pylint: disable=eval-used
         fun_code.sub("_proved_function", written[0], count=1),
-        {**helpers, "_proved_function": fun}), ports[0].line
+        {**helpers, "_proved_function": fun}), ports[0].line, written[0]
   except NameError as err:
     raise port_module.PortError(
         f"--prove: the pmap at {source}:{ports[0].line} uses a local name "
@@ -127,6 +127,54 @@ def _on_mesh(stacked_step, n_devices: int, broadcast: bool):
   return jax.jit(step)
 
 
+def _written_axes(target: pathlib.Path, name: str | None,
+                  written: str | None) -> dict:
+  """The `in_axes` and `out_axes` of the written port's `_pmap_view`
+  (`NAME = ...` in `target`, or the `written` text of a local pmap's
+  port)."""
+  text = target.read_text()
+  if written is None:
+    written = next((ast.get_source_segment(text, node.value)
+                    for node in ast.walk(ast.parse(text))
+                    if isinstance(node, ast.Assign)
+                    and [getattr(t, "id", None) for t in node.targets]
+                    == [name]), "")
+  for node in ast.walk(ast.parse(written)):
+    if isinstance(node, ast.Call) and getattr(node.func, "id", "") == \
+        "_pmap_view":
+      return {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+  return {}
+
+
+def _on_global_mesh(global_step, axes: dict, n_devices: int):
+  """A `--global` port as a step on the Port's layout (one state placed
+  with P(), the global batch): what the written port still takes in pmap's
+  stacked layout (`in_axes` 0: a batch the program stacks itself) is
+  stacked for it, and what it gives back per device (`out_axes` 0) is
+  taken from device 0 (the state) or averaged as the harness averages
+  pmap's metrics (the metrics)."""
+  import jax  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  state_in, batch_in = axes["in_axes"]
+  state_out, metrics_out = axes["out_axes"]
+
+  def step(state, batch):
+    if state_in == 0:
+      state = jax.tree.map(
+          lambda x: jnp.broadcast_to(x, (n_devices,) + x.shape), state)
+    if batch_in == 0:
+      batch = jax.tree.map(
+          lambda x: x.reshape((n_devices, -1) + x.shape[1:]), batch)
+    state, metrics = global_step(state, batch)
+    if state_out == 0:
+      state = jax.tree.map(lambda x: x[0], state)
+    if metrics_out == 0:
+      metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), metrics)
+    return state, metrics
+
+  return step
+
+
 def _with_layout(port, rewritten):
   """The Port with the rewritten step as its port, on pmap's layout of the
   state (stacked, or broadcast: the one `compare.prove`'s check accepts)."""
@@ -145,17 +193,27 @@ def _with_layout(port, rewritten):
 
 
 def prove(port, source: pathlib.Path, target: pathlib.Path,
-          steps: int | None = None) -> int:
+          steps: int | None = None, global_step: bool = False) -> int:
   """Proves the rewritten step against the Port's pmap_step; prints the
-  report and returns the proof's exit code (2: it cannot be proved)."""
+  report and returns the proof's exit code (2: it cannot be proved).
+  `global_step`: the rewrite took the state placed once (`--global`), so
+  the port runs on the Port's own layout, no adapter."""
   name = _original_name(port, source)
   if name is not None:
     rewritten = getattr(_rewritten_module(target), name)
+    axes = _written_axes(target, name, None)
   else:
-    rewritten, line = _port_of_local_pmap(port, source, target,
-                                          _helpers(target))
+    rewritten, line, written = _port_of_local_pmap(port, source, target,
+                                                   _helpers(target))
+    axes = _written_axes(target, None, written)
     name = f"pmap of line {line}"
-  proved = _with_layout(port, rewritten)
+  if global_step and all(isinstance(axes.get(k), tuple) and len(axes[k]) == 2
+                         for k in ("in_axes", "out_axes")):
+    proved = dataclasses.replace(
+        port, port_step=_on_global_mesh(rewritten, axes, port.mesh.size))
+    port_module.check(proved)
+  else:
+    proved = _with_layout(port, rewritten)
   proof = proof_module.prove(proved, steps=steps, windows=1)
   print(f"proving {target}'s {name} against {source}'s:")
   print(proof.table())

@@ -1,0 +1,180 @@
+"""`python -m compare.rewrite --global`: the second step, to global arrays.
+
+The first step (`compare._src.rewrite_pmap`) keeps pmap's stacked
+`[devices, ...]` layout. This one places the state once on the mesh and each
+batch as one global array, the step's per-device body unchanged:
+
+- `replicate(x)` -> `jax.device_put(x, NamedSharding(mesh, P()))`;
+- `common_utils.shard(x)` (or the tutorial's reshape to `[devices, ...]`)
+  -> `jax.device_put(x, NamedSharding(mesh, P(axis)))`, and
+  `prefetch_to_device(map(common_utils.shard, it), n)` -> each batch of `it`
+  placed so;
+- `unreplicate(x)`, `x[0]` and `jax.tree.map(lambda y: y[0], x)` of a
+  replicated value -> `x`;
+- each step's in_specs and out_specs from where its arguments come from and
+  how its outputs are read (`compare._src.global_layouts`): `P()` for a
+  replicated value, `P(axis)` for a global batch, pmap's stacked layout kept
+  for the rest (a key per device; outputs read per device).
+
+Why the numbers stay pmap's: with `check_vma=False` a `P()` output keeps
+each device's own copy, as pmap's stacked output did, and a read takes
+device 0's, as `unreplicate` did. Where the reading cannot tell a layout, or
+a value is read in a way the global layout changes, nothing of the global
+step is written: the file gets the first step and the report names each
+place and why (exit 1).
+"""
+
+import libcst as cst
+from libcst import metadata
+
+from compare._src import global_layouts
+from compare._src import rewrite_file
+from compare._src import rewrite_pmap
+from compare._src.global_layouts import B, R
+from compare._src.rewrite_pmap import Finding
+
+_BATCH_AXIS = "batch-axis"
+
+
+def _spec(kind, axis_code) -> str:
+  return "jax.P()" if kind == R else f"jax.P({axis_code})"
+
+
+class GlobalRewriter(rewrite_pmap.PmapRewriter):
+  """The first step's rewriter with each step's global layout, and the
+  placements and reads of the global step."""
+
+  def __init__(self, aliases, steps, replace, axis_code, splitters):
+    super().__init__(aliases)
+    self._steps = {s.line: s for s in steps.values()}
+    self._replace, self._axis, self._splitters = replace, axis_code, splitters
+
+  def _layout(self, line, in_axes, out_axes, axis):
+    step = self._steps[line]
+    given = (in_axes if isinstance(in_axes, tuple)
+             else (in_axes,) * len(step.args))
+    kinds = [None if axis_in is None else kind
+             for axis_in, kind in zip(given, step.args)]
+    in_axes = tuple(None if k in (R, B, None) else 0 for k in kinds)
+    in_code = "(" + ", ".join(
+        "jax.P()" if k in (R, None) else f"jax.P({axis})" for k in kinds
+    ) + ("," if len(kinds) == 1 else "") + ")"
+    outs = step.outs if step.outs is not None else global_layouts.S
+    if isinstance(outs, list):
+      given = (out_axes if isinstance(out_axes, tuple)
+               else (out_axes,) * len(outs))
+      outs = [None if a is None else k for a, k in zip(given, outs)]
+      out_axes = tuple(None if k in (R, None) else 0 for k in outs)
+      out_code = "(" + ", ".join(
+          "jax.P()" if k in (R, None) else f"jax.P({axis})" for k in outs
+      ) + ("," if len(outs) == 1 else "") + ")"
+    else:
+      out_axes = None if outs == R or out_axes is None else 0
+      out_code = _spec(R if out_axes is None else B, axis)
+    return in_axes, out_axes, in_code, out_code
+
+  def _placed(self, value, kind) -> cst.BaseExpression:
+    return cst.parse_expression(
+        f"jax.device_put({global_layouts.code_of(value)}, jax.NamedSharding("
+        f"_pmap_mesh({self._axis}), {_spec(kind, self._axis)}))")
+
+  def leave_Call(self, original, updated):
+    line = self._line(original)
+    name = rewrite_pmap.dotted(original.func)
+    if global_layouts.is_replicate_call(original):
+      self.findings.append(Finding(line, "changed", (
+          f"{name}(...) -> jax.device_put(..., NamedSharding(mesh, P())): "
+          "the state placed once, no copy per device")))
+      tree = updated.args[1 if len(updated.args) == 2 and isinstance(
+          updated.args[0].value, cst.Lambda) else 0].value
+      return self._placed(tree, R)
+    if global_layouts.is_shard_call(original, self._splitters):
+      self.findings.append(Finding(line, "changed", (
+          f"{name}(...) -> jax.device_put(..., NamedSharding(mesh, "
+          f"P({self._axis}))): the global batch, split over the mesh, no "
+          "reshape to [devices, ...]")))
+      return self._placed(updated.args[0].value, B)
+    if name.endswith("prefetch_to_device"):
+      batches = global_layouts.code_of(updated.args[0].value.args[1].value)
+      self.findings.append(Finding(line, "changed", (
+          f"{name}(map(shard, ...)) -> each global batch placed with "
+          f"NamedSharding(mesh, P({self._axis})) as it is read")))
+      return cst.parse_expression(
+          f"(jax.device_put(_batch, jax.NamedSharding(_pmap_mesh("
+          f"{self._axis}), jax.P({self._axis}))) for _batch in {batches})")
+    if id(original) in self._replace:
+      self.findings.append(Finding(line, "changed", (
+          f"{name}(...) of a replicated value -> the value itself")))
+      return self._inner(original)
+    return super().leave_Call(original, updated)
+
+  def leave_Subscript(self, original, updated):
+    if id(original) in self._replace:
+      self.findings.append(Finding(self._line(original), "changed", (
+          "[0] of a replicated value -> the value itself")))
+      return self._inner(original)
+    return updated
+
+  def _inner(self, original):
+    # The replaced node's inside, as rewritten (a read holds no pmap).
+    return self._replace[id(original)].deep_clone()
+
+
+def _axis_of(module, aliases) -> tuple[str | None, list]:
+  """The one axis every pmap names (its source), or None with blockers."""
+  reader = rewrite_pmap.PmapRewriter(aliases)
+  wrapper = metadata.MetadataWrapper(module)
+  wrapper.visit(reader)
+  axes = {a for a in reader.axes}
+  if axes == {"*"} or len(axes) != 1 or "*" in axes:
+    return None, [global_layouts.Blocker(0, (
+        f"the pmaps name {len(axes)} axes ({sorted(axes)}): the global step "
+        "takes one 1-D mesh; a 2-D mesh is written by hand "
+        "(docs/MIGRATION.md#nested-pmap)"))]
+  return f"\"{next(iter(axes))}\"", []
+
+
+def rewrite_global_source(source: str, path: str = "<string>"
+                          ) -> rewrite_file.Rewrite:
+  """Both steps of one source: its pmaps to global arrays, or, where the
+  global step cannot be taken, the first step and a finding per place.
+
+  Raises:
+    RewriteError: `source` is not Python, or has no pmap.
+  """
+  first = rewrite_file.rewrite_source(source, path)
+  if first.needs_a_person:
+    return rewrite_file.Rewrite(first.code, first.findings + (Finding(
+        min(f.line for f in first.findings if f.kind == "person"), "person",
+        "the global step needs every pmap rewritten first: written is the "
+        "first step"),), first.ports)
+  module = cst.parse_module(source)
+  aliases = rewrite_file.pmap_aliases(module)
+  axis, blockers = _axis_of(module, aliases)
+  rewriter = rewrite_pmap.PmapRewriter(aliases)
+  wrapper = metadata.MetadataWrapper(module)
+  steps, replace, splitters, found = global_layouts.read(
+      wrapper, rewriter.builds_pmap, rewriter.is_pmap_decorator)
+  blockers += found
+  if "devices=" in source:
+    blockers += [global_layouts.Blocker(s.line, (
+        "pmap over given devices: the global step builds its mesh from "
+        "jax.local_devices()")) for s in steps.values()]
+  blockers += [global_layouts.Blocker(s.line, (
+      f"{s.name} is never called in this file: its callers' layouts are "
+      "not in view")) for s in steps.values() if not s.calls]
+  if "static_broadcasted_argnums" in source:
+    blockers.append(global_layouts.Blocker(min(
+        (s.line for s in steps.values()), default=0), (
+            "static_broadcasted_argnums: the global step does not take "
+            "static arguments yet; place the others by hand")))
+  if blockers:
+    return rewrite_file.Rewrite(first.code, first.findings + tuple(
+        Finding(b.line, "person", f"global step not written: {b.text}")
+        for b in blockers), first.ports)
+  writer = GlobalRewriter(aliases, steps, replace, axis, splitters)
+  new = wrapper.visit(writer)
+  return rewrite_file.Rewrite(
+      rewrite_file.with_imports(new.code, module, writer.uses_static),
+      tuple(sorted(writer.findings, key=lambda f: f.line)),
+      tuple(writer.ports))

@@ -1,0 +1,167 @@
+"""`python -m compare.rewrite --global`: the second step, to global arrays.
+
+Each script of tests/rewrite_inputs that the step can take holds no
+`replicate`, `shard`, `unreplicate`, `prefetch_to_device` or `[0]` of a
+replicated value afterwards and prints the original's numbers; each
+construct it cannot take is reported by line, exit 1, with the first step
+written; `--global --prove` proves the written step, and a wrong spec
+written there fails.
+"""
+
+import pathlib
+import re
+
+import pytest
+
+from compare import rewrite
+from compare._src import port as port_module
+from compare._src import rewrite_helpers
+from compare._src import rewrite_proof
+from tests.test_rewrite import _script_output  # pylint: disable=g-bad-import-order
+
+INPUTS = pathlib.Path(__file__).resolve().parent / "rewrite_inputs"
+STACKED = re.compile(r"\b(?:replicate|unreplicate|common_utils\.shard|"
+                     r"prefetch_to_device)\(|(?<!\.shape)\[0\]")
+
+
+@pytest.mark.parametrize("script, changed_lines", [
+    # pmap, replicate, prefetch(map(shard)), two unreplicates.
+    ("flax_style_train", [57, 68, 69, 74, 77]),
+    # pmap, the tree.map replicate, two split calls, loss[0], tree.map x[0].
+    ("tutorial_linear_regression", [43, 74, 81, 82, 90, 94]),
+    # pmap in main, the np.stack replicate, metrics["loss"][0].
+    ("local_pmap_train", [28, 33, 41])])
+def test_a_script_holds_no_stacked_layout_and_prints_the_same(
+    script, changed_lines, tmp_path, capsys):
+  source, port = INPUTS / f"{script}.py", tmp_path / f"{script}_global.py"
+  code = rewrite.main([str(source), "-o", str(port), "--global"])
+  out = capsys.readouterr().out
+  assert code == 0, out
+  assert "0 place(s) need a person" in out
+  # Every "changed" line is a line the rewrite changed, and the only ones.
+  reported = sorted({int(line) for line in re.findall(
+      rf"{re.escape(str(source))}:(\d+): changed", out)})
+  assert reported == changed_lines
+  # The helpers' own x[0] is pmap's stacked view, kept for values the
+  # program reads per device; the program itself holds none.
+  program = port.read_text().replace(rewrite_helpers.HELPERS, "")
+  assert program != port.read_text()
+  assert not STACKED.findall(program), STACKED.findall(program)
+  assert _script_output(port) == _script_output(source)
+
+
+_STEP = '''
+import jax
+from flax import jax_utils
+from flax.training import common_utils
+
+def train_step(state, batch):
+  return state, jax.lax.pmean(batch, "batch")
+
+p_step = jax.pmap(train_step, axis_name="batch")
+'''
+
+BLOCKED = {
+    "a parameter": ("def run(state, batch):\n"
+                    "  return p_step(state, common_utils.shard(batch))\n",
+                    "argument 0 of p_step, `state`: where it comes from is "
+                    "not in view"),
+    "two layouts": ("def run(state, batches, other):\n"
+                    "  state = jax_utils.replicate(state)\n"
+                    "  for batch in batches:\n"
+                    "    state, m = p_step(state, common_utils.shard(batch))\n"
+                    "    state = other\n",
+                    "state holds values of different layouts"),
+    "read per device": ("def run(state, batch):\n"
+                        "  state = jax_utils.replicate(state)\n"
+                        "  print(state.shape)\n"
+                        "  return p_step(state, common_utils.shard(batch))\n",
+                        "state is placed once on the mesh now"),
+    "batch shape read": ("def run(s, batch):\n"
+                         "  s = jax_utils.replicate(s)\n"
+                         "  batch = common_utils.shard(batch)\n"
+                         "  n = batch.shape[1]\n"
+                         "  return p_step(s, batch)\n",
+                         "batch is a global batch now"),
+    "a value": ("steps = [p_step]\n", "p_step, a pmapped step, used as a "
+                "value"),
+    "star arguments": ("def run(args):\n  return p_step(*args)\n",
+                       "p_step called with */** arguments"),
+    "keyword": ("def run(s, b):\n  s = jax_utils.replicate(s)\n"
+                "  return p_step(batch=common_utils.shard(b), state=s)\n",
+                "keyword argument batch of p_step is global batch"),
+    "prefetch": ("def run(s, it):\n  s = jax_utils.replicate(s)\n"
+                 "  for b in jax_utils.prefetch_to_device(it, 2):\n"
+                 "    s, m = p_step(s, b)\n",
+                 "prefetch_to_device of batches stacked elsewhere"),
+    "never called": ("", "p_step is never called in this file"),
+    "read both ways": ("def run(s, b, log):\n"
+                       "  s = jax_utils.replicate(s)\n"
+                       "  b = common_utils.shard(b)\n"
+                       "  s, m = p_step(s, b)\n  print(m[0])\n"
+                       "  s, m = p_step(s, b)\n  log.append(m)\n",
+                       "output 1 of p_step is read as one value at line"),
+    "two axes": ("q_step = jax.pmap(train_step, axis_name='other')\n"
+                 "def run(s, b):\n  s = jax_utils.replicate(s)\n"
+                 "  b = common_utils.shard(b)\n"
+                 "  return p_step(s, b), q_step(s, b)\n",
+                 "the pmaps name 2 axes"),
+    "static": ("r_step = jax.pmap(train_step, axis_name='batch', "
+               "static_broadcasted_argnums=(1,))\n"
+               "def run(s, b):\n  s = jax_utils.replicate(s)\n"
+               "  return p_step(s, common_utils.shard(b)), r_step(s, 3)\n",
+               "the global step does not take static arguments"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BLOCKED))
+def test_each_construct_it_cannot_take_is_reported_by_line(case, tmp_path,
+                                                          capsys):
+  body, why = BLOCKED[case]
+  source = tmp_path / "team.py"
+  source.write_text(_STEP + body)
+  port = tmp_path / "team_global.py"
+  assert rewrite.main([str(source), "-o", str(port), "--global"]) == 1
+  out = capsys.readouterr().out
+  lines = [line for line in out.splitlines() if why in line]
+  assert lines, out
+  assert all(re.search(r"team\.py:\d+: NEEDS A PERSON: global step not "
+                       "written", line) for line in lines), lines
+  # The first step is written instead: pmap's layout at every call site.
+  assert "jax.shard_map(" in port.read_text()
+  assert "jax.device_put(" not in port.read_text()
+
+
+def test_without_global_the_report_points_to_it(tmp_path, capsys):
+  port = tmp_path / "port.py"
+  assert rewrite.main([str(INPUTS / "flax_style_train.py"), "-o",
+                       str(port)]) == 0
+  assert "--global" in capsys.readouterr().out
+  assert "jax_utils.replicate(" in port.read_text()
+
+
+def _global(tmp_path, script="local_pmap_train"):
+  target = tmp_path / f"{script}_global.py"
+  assert rewrite.main([str(INPUTS / f"{script}.py"), "-o", str(target),
+                       "--global"]) == 0
+  return target
+
+
+def test_global_prove_passes_and_a_wrong_spec_fails(tmp_path, capsys):
+  target = _global(tmp_path)
+  team_port = port_module.load("tests.rewrite_inputs.local_pmap_port:port")
+  source = INPUTS / "local_pmap_train.py"
+  assert rewrite_proof.prove(team_port, source, target, steps=3,
+                             global_step=True) == 0
+  out = capsys.readouterr().out
+  assert "port vs pmap             bitwise at every check" in out
+  # The state read as a global batch: each device takes its rows of the
+  # parameters, a shape the body cannot use, or the wrong numbers.
+  text = target.read_text()
+  spec = 'in_specs=((jax.P(), jax.P("batch")), jax.P("batch"))'
+  assert text.count(spec) == 1
+  target.write_text(text.replace(spec, spec.replace(
+      "(jax.P(), jax.P(\"batch\"))", "(jax.P(), jax.P())")))
+  assert rewrite_proof.prove(team_port, source, target, steps=3,
+                             global_step=True) == 1
+  assert "verdict: fail, first at step 1" in capsys.readouterr().out
