@@ -155,6 +155,10 @@ def test_global_prove_passes_and_a_wrong_spec_fails(tmp_path, capsys):
                              global_step=True) == 0
   out = capsys.readouterr().out
   assert "port vs pmap             bitwise at every check" in out
+  # Both ports compiled on the Port's state: one all-reduce each (the
+  # gradient and the loss, fused), no byte moved more.
+  assert "what the global step moved, per device" in out
+  assert re.search(r"all-reduce +1 moving 20 B +1 moving 20 B", out), out
   # The state read as a global batch: each device takes its rows of the
   # parameters, a shape the body cannot use, or the wrong numbers.
   text = target.read_text()

@@ -27,6 +27,7 @@ import sys
 from compare._src import port as port_module
 from compare._src import port_steps
 from compare._src import proof as proof_module
+from compare._src import rewrite_cost
 from compare._src import rewrite_file
 
 
@@ -207,14 +208,41 @@ def prove(port, source: pathlib.Path, target: pathlib.Path,
                                                    _helpers(target))
     axes = _written_axes(target, None, written)
     name = f"pmap of line {line}"
+  moved = None
   if global_step and all(isinstance(axes.get(k), tuple) and len(axes[k]) == 2
                          for k in ("in_axes", "out_axes")):
     proved = dataclasses.replace(
         port, port_step=_on_global_mesh(rewritten, axes, port.mesh.size))
     port_module.check(proved)
+    moved = _what_moved(port, source, target, rewritten, axes)
   else:
     proved = _with_layout(port, rewritten)
   proof = proof_module.prove(proved, steps=steps, windows=1)
   print(f"proving {target}'s {name} against {source}'s:")
   print(proof.table())
+  if moved:
+    print("\n".join(moved))
   return proof.exit_code
+
+
+def _what_moved(port, source, target, global_port, axes) -> list[str]:
+  """`rewrite_cost.lines` of the first step's port of the same pmap (the
+  first step written beside `target`) and the global one."""
+  first = target.with_name(f"{target.stem}_first_step{target.suffix}")
+  first.write_text(rewrite_file.rewrite_source(source.read_text()).code)
+  try:
+    name = _original_name(port, source)
+    if name is not None:
+      first_port = getattr(_rewritten_module(first), name)
+      first_axes = _written_axes(first, name, None)
+    else:
+      first_port, _, written = _port_of_local_pmap(port, source, first,
+                                                   _helpers(first))
+      first_axes = _written_axes(first, None, written)
+  finally:
+    first.unlink()
+  first_axes = {k: v if isinstance(v, tuple) else (v, v)
+                for k, v in first_axes.items()}
+  return rewrite_cost.lines(rewrite_cost.describe(port, first_port,
+                                                  first_axes),
+                            rewrite_cost.describe(port, global_port, axes))
