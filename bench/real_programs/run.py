@@ -19,6 +19,7 @@ whose data is unseeded, is run `--tutorial-runs` times each to count hangs
 """
 
 import argparse
+import difflib
 import json
 import os
 import pathlib
@@ -119,7 +120,19 @@ def nlp_seq(flax: pathlib.Path, work: pathlib.Path,
     record["largest_relative"] = _largest_relative(
         [want[k] for k in keys], [got[k] for k in keys])
   record["command"] = f"python train.py {' '.join(NLP_SEQ_FLAGS)}"
+  if global_step:
+    record["diff"] = _diff(folder / "train.py", folder / "train_port.py")
   return record
+
+
+def _diff(source: pathlib.Path, port: pathlib.Path) -> str:
+  """The rewrite's changes to the program, without the helpers it adds
+  (docs/REWRITE.md shows them apart)."""
+  from compare._src import rewrite_helpers  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  written = port.read_text().replace(rewrite_helpers.HELPERS, "")
+  return "".join(difflib.unified_diff(
+      source.read_text().splitlines(keepends=True),
+      written.splitlines(keepends=True), "train.py", "train_port.py", n=1))
 
 
 def _compared(before, after, t0, t1) -> dict:

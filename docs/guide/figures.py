@@ -207,7 +207,8 @@ _KINDS = {"traps": TrapsSource, "dispatch": DispatchSource,
           **dict.fromkeys(("errors", "verdicts", "handover", "many_hosts",
                            "sweep", "ensemble_runs", "lockstep", "verdict_grid",
                            "verdict_grid_original", "rewrite", "jit_ports",
-                           "team_programs", "real_programs"),
+                           "team_programs", "real_programs",
+                           "real_programs_global"),
                           Source)}
 # Anything else under docs/measured/ is a `python -m compare` report.
 

@@ -224,20 +224,20 @@ def is_main_process() -> bool:
 def barrier(name: str, timeout_s: int = BARRIER_TIMEOUT_S) -> None:
   """Waits until every process reaches `name` (nothing in one process).
 
-  A barrier of the coordination service (as Orbax's), not
+  Orbax's barrier of the coordination service, not
   `multihost_utils.sync_global_devices`, which is a collective: the first
   collective over a new set of devices builds a gloo context, and that
   fails when the processes arrive more than 30 s apart.
   """
   import jax  # pylint: disable=g-import-not-at-top
+  from orbax.checkpoint import multihost  # pylint: disable=g-import-not-at-top
   if jax.process_count() == 1:
     return
-  # Private API (checked on jax 0.10.2 and 0.9.2): no public barrier of
-  # the coordination service exists that is not a collective.
-  from jax._src import distributed as jax_distributed  # pylint: disable=g-import-not-at-top
+  # Orbax's public barrier of the coordination service (jax has none that
+  # is not a collective). Each name is waited on once: a count makes it so.
   _BARRIERS[name] = _BARRIERS.get(name, 0) + 1
-  jax_distributed.global_state.client.wait_at_barrier(
-      f"shardport/{name}/{_BARRIERS[name]}", timeout_in_ms=timeout_s * 1000)
+  multihost.get_barrier_sync_fn()(key=f"shardport/{name}/{_BARRIERS[name]}",
+                                  timeout_ms=timeout_s * 1000)
 # endregion
 
 

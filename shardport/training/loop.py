@@ -195,6 +195,7 @@ class _Loop:
   timed_s: float = 0.0
   eval_s: float = 0.0
   last_saved: int = 0
+  explained: bool = False  # the metrics' legend logged once
 
 
 def _programs(job, start):
@@ -224,6 +225,13 @@ def _log_evaluation(job, loop, state, done, metrics_file, progress):
   metrics_file.write(json.dumps(line) + "\n")
   metrics_file.flush()
   loop.since_eval = []
+  if not loop.explained:
+    loop.explained = True
+    _log("(train_ metrics: the steps' own since the last line, the loss "
+         + ("summed over each device's examples, as the classic loss is"
+            if job.program.loss_depends_on_devices else
+            "a mean per example") + "; test_ metrics: per test example)",
+         progress)
   _log(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                 for k, v in line.items() if not isinstance(v, list)),
        progress)
