@@ -169,3 +169,55 @@ def test_global_prove_passes_and_a_wrong_spec_fails(tmp_path, capsys):
   assert rewrite_proof.prove(team_port, source, target, steps=3,
                              global_step=True) == 1
   assert "verdict: fail, first at step 1" in capsys.readouterr().out
+
+
+PER_DEVICE = '''
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import jax_utils
+from flax.training import common_utils
+
+
+def train_step(w, batch):
+  loss = jnp.mean((batch["x"] @ w - batch["y"]) ** 2)
+  grad = jax.lax.pmean(jax.grad(
+      lambda w: jnp.mean((batch["x"] @ w - batch["y"]) ** 2))(w), "batch")
+  return w - 0.1 * grad, loss  # the loss per device: not averaged
+
+
+p_step = jax.pmap(train_step, axis_name="batch", donate_argnums=(0,))
+
+
+def main():
+  w = jax_utils.replicate(np.zeros(3, np.float32))
+  rng = np.random.default_rng(0)
+  losses = []
+  for _ in range(3):
+    x = rng.normal(size=(64, 3)).astype(np.float32)
+    batch = common_utils.shard({"x": x, "y": x @ np.float32([1, -2, 3])})
+    w, loss = p_step(w, batch)
+    losses.append(loss)
+    print(repr(float(jax_utils.unreplicate(loss))))
+  print(np.asarray(losses).round(6).tolist())
+  print(repr(float(jax_utils.unreplicate(w)[1])))
+
+
+main()
+'''
+
+
+def test_an_output_read_per_device_keeps_its_devices(tmp_path, capsys):
+  source, port = tmp_path / "per_device.py", tmp_path / "per_device_g.py"
+  source.write_text(PER_DEVICE)
+  assert rewrite.main([str(source), "-o", str(port), "--global"]) == 0
+  out = capsys.readouterr().out
+  # The state's unreplicate goes; the per-device loss keeps its [devices]
+  # axis (every device's loss printed), so its unreplicate stays.
+  text = port.read_text()
+  assert "jax_utils.unreplicate(loss)" in text
+  assert "jax_utils.unreplicate(w)" not in text
+  assert "keep pmap's stacked layout" in out
+  want = _script_output(source)
+  assert want.count("\n") == 5 and len(want.splitlines()[3].split(",")) > 8
+  assert _script_output(port) == want
