@@ -34,17 +34,22 @@ def predict_pmap(params, x):  # params: replicated per device
 
 
 # region: ragged-after
+@functools.cache  # built once per mesh: a new jit here each call compiles
+def predict_on(mesh):  # again on every call (the guide's "build once")
+  return jax.jit(jax.shard_map(predict_one, mesh=mesh,
+                               in_specs=(P(), P("data")),
+                               out_specs=P("data")))
+
+
 def predict_on_mesh(params, x, mesh):
   """Logits for any number of rows: padded to a multiple of the mesh's size
   with zero rows, split over `data`, the padding cut off on the host."""
   rows, size = len(x), mesh.shape["data"]
   padded = np.concatenate([x, np.zeros((-rows % size, *x.shape[1:]),
                                        x.dtype)])
-  predict = jax.jit(jax.shard_map(predict_one, mesh=mesh,
-                                  in_specs=(P(), P("data")),
-                                  out_specs=P("data")))
-  logits = predict(jax.device_put(params, NamedSharding(mesh, P())),
-                   jax.device_put(padded, NamedSharding(mesh, P("data"))))
+  logits = predict_on(mesh)(
+      jax.device_put(params, NamedSharding(mesh, P())),
+      jax.device_put(padded, NamedSharding(mesh, P("data"))))
   return np.asarray(logits)[:rows]  # a host slice: no sharded indexing
 # endregion
 

@@ -217,3 +217,14 @@ def test_a_ragged_eval_batch_is_padded_and_cut_alike():
   assert before.shape == after.shape == one.shape == (37, 3)
   np.testing.assert_allclose(after, one, rtol=1e-6, atol=1e-6)
   np.testing.assert_allclose(before, one, rtol=1e-6, atol=1e-6)
+
+
+def test_the_ragged_eval_port_compiles_once():
+  # Two calls whose rows pad to the same shape reuse one compiled step
+  # (the guide's "build once"): a jit built inside the call would compile
+  # on each.
+  mesh = jax.make_mesh((jax.device_count(),), ("data",))
+  params = {"w": np.ones((5, 3), np.float32), "b": np.zeros(3, np.float32)}
+  for rows in (37, 38):
+    ragged_eval.predict_on_mesh(params, np.ones((rows, 5), np.float32), mesh)
+  assert ragged_eval.predict_on(mesh)._cache_size() == 1  # pylint: disable=protected-access
