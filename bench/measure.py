@@ -47,6 +47,9 @@ SCRIPTS = {"traps": ["-m", "docs.traps"],
            # ... and on programs written elsewhere: needs tensorflow-cpu
            # and FLAX_CHECKOUT, a checkout of google/flax (about 30 min).
            "real_programs": ["-m", "bench.real_programs.run"],
+           # ... to global arrays (`compare.rewrite --global`).
+           "real_programs_global": ["-m", "bench.real_programs.run",
+                                    "--global"],
            # The issue 13 utilisation target's workload: 28x28 inputs.
            "utilisation": ["-m", "compare", "--strategy", "data_parallel",
                            "--dataset", "synthetic:28x28", "--steps", "30",

@@ -90,3 +90,19 @@ def test_a_state_donated_in_another_sharding_stays_alive_beside_the_new():
   consumed, new = donation.donate_in_place(mesh, donation.host_state())
   assert consumed.is_deleted()  # the step reused its buffers
   np.testing.assert_array_equal(np.asarray(new), 0.5)
+
+
+static_args = _load("static_args")
+
+
+@pytest.mark.parametrize("squared", [True, False])
+def test_static_arguments_and_a_closed_over_table_ported(squared):
+  # docs/MORE-IDIOMS.md#static-args: pmap's static_broadcasted_argnums and
+  # closed-over weights against jit's static_argnums and the weights as a
+  # P() argument: the same loss (summation order only), and a second call
+  # with the same flag compiles nothing new.
+  before, after, loss, args = static_args.both(squared)
+  np.testing.assert_allclose(after, before, rtol=1e-6)
+  assert before != static_args.both(not squared)[0]  # the flag matters
+  loss(*args)
+  assert loss._cache_size() == 1  # pylint: disable=protected-access
