@@ -82,11 +82,17 @@ def test_a_job_moves_between_backends_bitwise(strategy, finished, tmp_path,
 
 
 def test_metrics_log_one_line_per_evaluation_after_resume(finished,
-                                                           tmp_path):
+                                                           tmp_path, capsys):
   workdir = stopped_at(finished("sharded", "data_parallel"), 2, tmp_path / "w")
   with open(workdir / "metrics.jsonl", "a") as f:
     f.write('{"step": 3, "train_loss": 1.0}\n{"step": 4, "tr')  # killed
+  capsys.readouterr()
   train_job("legacy_pmap", "data_parallel", workdir, "--eval-every", "1")
+  # The log says once what its train_ and test_ numbers are: the classic
+  # loss summed over a device's examples beside a mean per test example.
+  out = capsys.readouterr().out
+  assert out.count("(train_ metrics:") == 1, out
+  assert "summed over each device's examples" in out
   lines = (workdir / "metrics.jsonl").read_text().splitlines()
   logged = [json.loads(line) for line in lines]
   assert [line["step"] for line in logged] == [3, 4]  # step 2 not evaluated

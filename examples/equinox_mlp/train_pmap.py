@@ -40,8 +40,10 @@ def step_body(state, batch, axis_name="batch", scale=1.0):
           jax.lax.pmean(loss, axis_name))
 
 
+# region: equinox-before
 p_step = eqx.filter_pmap(step_body, axis_name="batch", in_axes=(None, 0),
                          out_axes=(None, 0))
+# endregion
 
 
 def data(rows, seed=1):

@@ -16,6 +16,7 @@ def make_mesh(n_devices):
   return jax.make_mesh((n_devices,), (AXIS,))
 
 
+# region: equinox-after
 def make_step(mesh, scale=1.0):
   """`(state, batch) -> (state, loss)` on the mesh (`check_vma=False`
   keeps pmap's semantics for the body's pmean)."""
@@ -23,6 +24,7 @@ def make_step(mesh, scale=1.0):
   return eqx.filter_jit(jax.shard_map(body, mesh=mesh,
                                       in_specs=(P(), P(AXIS)),
                                       out_specs=(P(), P()), check_vma=False))
+# endregion
 
 
 def make_wrong_step(mesh):
