@@ -106,3 +106,35 @@ def test_static_arguments_and_a_closed_over_table_ported(squared):
   assert before != static_args.both(not squared)[0]  # the flag matters
   loss(*args)
   assert loss._cache_size() == 1  # pylint: disable=protected-access
+
+
+collectives_recipe = _load("collectives_recipe")
+
+
+def test_the_collectives_recipe_finds_what_only_the_port_runs():
+  from jax.sharding import NamedSharding  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  n = jax.device_count()
+  mesh = jax.make_mesh((n,), ("b",))
+
+  def body(w, x):
+    grad = jax.grad(lambda w: ((x @ w) ** 2).mean())(w)
+    return w - 0.1 * jax.lax.pmean(grad, "b")
+
+  w, x = np.ones((16, 4), np.float32), np.ones((8 * n, 16), np.float32)
+  pmapped = jax.pmap(body, axis_name="b")
+  port = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P("b")),
+                               out_specs=P(), check_vma=False))
+  # A port that takes the batch whole and gathers it back: the gather shows.
+  gathered = jax.jit(jax.shard_map(
+      lambda w, x: body(w, jax.lax.all_gather(x, "b", tiled=True)),
+      mesh=mesh, in_specs=(P(), P("b")), out_specs=P(), check_vma=False))
+  stacked = (np.broadcast_to(w, (n, 16, 4)), x.reshape(n, 8, 16))
+  placed = (jax.device_put(w, NamedSharding(mesh, P())),
+            jax.device_put(x, NamedSharding(mesh, P("b"))))
+  before = collectives_recipe.collectives(pmapped, *stacked)
+  assert before == collectives_recipe.collectives(port, *placed)
+  assert [c[0] for c in before] == ["all-reduce"]
+  assert before[0][2] == 16 * 4 * 4  # the gradient's bytes
+  extra = collectives_recipe.collectives(gathered, *placed)
+  assert [c[0] for c in extra] == ["all-gather", "all-reduce"], extra

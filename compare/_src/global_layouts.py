@@ -254,10 +254,11 @@ class _Reader(cst.CSTVisitor):
       return True
     step = (rewrite_pmap.dotted(value.func) if isinstance(value, cst.Call)
             else "")
-    if isinstance(target, cst.Tuple) and step:
+    if isinstance(target, (cst.Tuple, cst.List)):
       for j, element in enumerate(target.elements):
         if isinstance(element.value, cst.Name):
-          self._bind(element.value.value, line, end, ("out", step, j))
+          self._bind(element.value.value, line, end,
+                     ("out", step, j) if step else S)
       return True
     if not isinstance(target, cst.Name):
       return True
@@ -281,6 +282,23 @@ class _Reader(cst.CSTVisitor):
       kind = "biter"
     self._bind(target.value, line, end, kind)
     return True
+
+  def visit_Import(self, node):
+    self._imported(node)
+
+  def visit_ImportFrom(self, node):
+    self._imported(node)
+
+  def _imported(self, node):
+    """An imported name: a host value or a module, never one the rewrite
+    placed (S where a step takes it)."""
+    if isinstance(node.names, cst.ImportStar):
+      return
+    line = self._line(node)
+    for alias in node.names:
+      name = (alias.asname.name if alias.asname else alias.name)
+      if isinstance(name, cst.Name):
+        self._bind(name.value, line, line, S)
 
   def visit_Call(self, node):
     name = rewrite_pmap.dotted(node.func)

@@ -120,14 +120,15 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
     return self._replace[id(original)].deep_clone()
 
 
-def _axis_of(module, aliases) -> tuple[str | None, list]:
-  """The one axis every pmap names (its source), or None with blockers."""
+def _axis_of(module, aliases, line) -> tuple[str | None, list]:
+  """The one axis every pmap names (its source), or None with a blocker
+  at `line` (the first pmap's)."""
   reader = rewrite_pmap.PmapRewriter(aliases)
   wrapper = metadata.MetadataWrapper(module)
   wrapper.visit(reader)
   axes = {a for a in reader.axes}
   if axes == {"*"} or len(axes) != 1 or "*" in axes:
-    return None, [global_layouts.Blocker(0, (
+    return None, [global_layouts.Blocker(line, (
         f"the pmaps name {len(axes)} axes ({sorted(axes)}): the global step "
         "takes one 1-D mesh; a 2-D mesh is written by hand "
         "(docs/MIGRATION.md#nested-pmap)"))]
@@ -150,24 +151,24 @@ def rewrite_global_source(source: str, path: str = "<string>"
         "first step"),), first.ports)
   module = cst.parse_module(source)
   aliases = rewrite_file.pmap_aliases(module)
-  axis, blockers = _axis_of(module, aliases)
+  axis, blockers = _axis_of(module, aliases,
+                            min((p.line for p in first.ports), default=1))
   rewriter = rewrite_pmap.PmapRewriter(aliases)
   wrapper = metadata.MetadataWrapper(module)
   steps, replace, splitters, found = global_layouts.read(
       wrapper, rewriter.builds_pmap, rewriter.is_pmap_decorator)
   blockers += found
-  if "devices=" in source:
-    blockers += [global_layouts.Blocker(s.line, (
-        "pmap over given devices: the global step builds its mesh from "
-        "jax.local_devices()")) for s in steps.values()]
+  blockers += [global_layouts.Blocker(p.line, (
+      "pmap over given devices: the global step builds its mesh from "
+      "jax.local_devices()")) for p in first.ports
+                if "_pmap_mesh(" in p.template and ", tuple(" in p.template]
+  blockers += [global_layouts.Blocker(p.line, (
+      "static_broadcasted_argnums: the global step does not take static "
+      "arguments yet; place the others by hand")) for p in first.ports
+               if "_pmap_static(" in p.template]
   blockers += [global_layouts.Blocker(s.line, (
       f"{s.name} is never called in this file: its callers' layouts are "
       "not in view")) for s in steps.values() if not s.calls]
-  if "static_broadcasted_argnums" in source:
-    blockers.append(global_layouts.Blocker(min(
-        (s.line for s in steps.values()), default=0), (
-            "static_broadcasted_argnums: the global step does not take "
-            "static arguments yet; place the others by hand")))
   if blockers:
     return rewrite_file.Rewrite(first.code, first.findings + tuple(
         Finding(b.line, "person", f"global step not written: {b.text}")
