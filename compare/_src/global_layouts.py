@@ -24,331 +24,26 @@ changes, is a `Blocker` with its line and reason: the global step is then
 not written for the file.
 """
 
-import dataclasses
 
-import libcst as cst
-from libcst import metadata
+from compare._src import global_reader
+from compare._src.global_idioms import code_of
+from compare._src.global_idioms import is_replicate_call
+from compare._src.global_idioms import is_shard_call
+from compare._src.global_layouts_types import B
+from compare._src.global_layouts_types import Blocker
+from compare._src.global_layouts_types import CONFLICT
+from compare._src.global_layouts_types import R
+from compare._src.global_layouts_types import S
+from compare._src.global_layouts_types import StepLayout
 
-from compare._src import rewrite_pmap
-
-R, B, S = "replicated", "global batch", "stacked"
-_TREE_MAPS = ("jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map",
-              "tree_map", "tree.map")
-
-
-@dataclasses.dataclass(frozen=True)
-class Blocker:
-  """A place the global step cannot take: its line and why."""
-
-  line: int
-  text: str
-
-
-@dataclasses.dataclass
-class StepLayout:
-  """One pmapped step: its line, name, and each argument's and output's
-  layout (`R`, `B` or `S`; None where the program never says)."""
-
-  line: int
-  name: str
-  args: list = dataclasses.field(default_factory=list)
-  outs: list | None = None
-  calls: list = dataclasses.field(default_factory=list)
-
-
-def code_of(node) -> str:
-  return cst.Module([]).code_for_node(node)
-
-
-def is_replicate_call(node) -> bool:
-  """`jax_utils.replicate(x)` or the tutorial's
-  `jax.tree.map(lambda x: jnp.array([x] * n), tree)` (`np.`/`jnp.`,
-  `array`/`stack`)."""
-  if not isinstance(node, cst.Call):
-    return False
-  name = rewrite_pmap.dotted(node.func)
-  if name.endswith("replicate") and not name.endswith("unreplicate") and (
-      "jax_utils" in name or name == "replicate"):
-    return True
-  if name in _TREE_MAPS and len(node.args) == 2 and isinstance(
-      node.args[0].value, cst.Lambda):
-    body = code_of(node.args[0].value.body).replace(" ", "")
-    param = node.args[0].value.params.params
-    return len(param) == 1 and body.endswith(")") and any(
-        body.startswith(f"{module}.{maker}([{param[0].name.value}]*")
-        for module in ("np", "jnp", "numpy") for maker in ("array", "stack"))
-  return False
-
-
-def is_shard_call(node, splitters) -> bool:
-  """`common_utils.shard(x)`, or a call of one of `splitters` (a function
-  whose body is the tutorial's `arr.reshape(n, arr.shape[0] // n, ...)`)."""
-  if not isinstance(node, cst.Call):
-    return False
-  name = rewrite_pmap.dotted(node.func)
-  return name.endswith("common_utils.shard") or name in splitters
-
-
-def is_unreplicate_call(node) -> bool:
-  return isinstance(node, cst.Call) and rewrite_pmap.dotted(
-      node.func).endswith("unreplicate") and len(node.args) == 1
-
-
-def is_index0(node) -> bool:
-  """`x[0]`."""
-  return (isinstance(node, cst.Subscript) and len(node.slice) == 1
-          and isinstance(node.slice[0].slice, cst.Index)
-          and isinstance(node.slice[0].slice.value, cst.Integer)
-          and node.slice[0].slice.value.value == "0")
-
-
-def is_tree_index0(node) -> bool:
-  """`jax.tree.map(lambda x: x[0], tree)`."""
-  if not (isinstance(node, cst.Call) and rewrite_pmap.dotted(node.func)
-          in _TREE_MAPS and len(node.args) == 2
-          and isinstance(node.args[0].value, cst.Lambda)):
-    return False
-  fn = node.args[0].value
-  return (len(fn.params.params) == 1 and is_index0(fn.body)
-          and isinstance(fn.body.value, cst.Name)
-          and fn.body.value.value == fn.params.params[0].name.value)
-
-
-def splitter_name(node) -> str | None:
-  """The name of a `def f(arr): return arr.reshape(n, arr.shape[0] // n,
-  *arr.shape[1:])` (the pmap tutorial's `split`), else None."""
-  if not isinstance(node, cst.FunctionDef) or len(node.params.params) != 1:
-    return None
-  arg = node.params.params[0].name.value
-  body = [s for s in node.body.body if not (
-      isinstance(s, cst.SimpleStatementLine)
-      and isinstance(s.body[0], cst.Expr)
-      and isinstance(s.body[0].value, cst.SimpleString))]
-  if len(body) != 1:
-    return None
-  text = code_of(body[0]).replace(" ", "").strip()
-  return node.name.value if (
-      text.startswith(f"return{arg}.reshape(")
-      and f"{arg}.shape[0]//" in text and f"*{arg}.shape[1:])" in text
-  ) else None
-
-
-@dataclasses.dataclass(frozen=True)
-class _Assign:
-  """A name bound at `end` (the statement's last line): `kind` is R, B, S,
-  "biter" (batches from a rewritten prefetch), ("out", step, j) or
-  ("alias", node)."""
-
-  line: int
-  end: int
-  kind: object
-
-
-class _Reader(cst.CSTVisitor):
-  """Collects the steps, their calls, every binding and every read."""
-
-  METADATA_DEPENDENCIES = (metadata.PositionProvider,
-                           metadata.ExpressionContextProvider)
-
-  def __init__(self, builds_pmap, is_pmap_decorator):
-    super().__init__()
-    self._builds_pmap, self._is_decorator = builds_pmap, is_pmap_decorator
-    self.steps: dict[str, StepLayout] = {}
-    self.calls = []       # (scope, step, line, call node)
-    self.assigns = {}     # (scope, name) -> [_Assign]
-    self.reads = []       # (scope, name, line, allowed: bool)
-    self.loops = {}       # scope -> [(start, end)]
-    self.params = {}      # scope -> set of names
-    self.splitters = set()
-    self.replace = {}     # id(original node) -> ("kind", ...) for the writer
-    self.blockers: list[Blocker] = []
-    self._scope = ["<module>"]
-    self._allowed = set()
-    self.containers = {}  # id(root Name) -> (unreplicate/[0] node, inner)
-
-  def _pos(self, node):
-    return self.get_metadata(metadata.PositionProvider, node)
-
-  def _line(self, node) -> int:
-    return self._pos(node).start.line
-
-  def _root(self, node):
-    """The Name under `x.a.b` or `x["key"]`, else None."""
-    while True:
-      if isinstance(node, cst.Name):
-        return node
-      if isinstance(node, cst.Attribute):
-        node = node.value
-      elif (isinstance(node, cst.Subscript) and len(node.slice) == 1
-            and isinstance(node.slice[0].slice, cst.Index)
-            and isinstance(node.slice[0].slice.value, cst.SimpleString)):
-        node = node.value
-      else:
-        return None
-
-  def _allow(self, node, how: str, container=None):
-    root = self._root(node)
-    if root is not None:
-      self._allowed.add((id(root), how))
-      if container is not None:
-        self.containers[id(root)] = (container, node)
-
-  def visit_FunctionDef(self, node):
-    name = splitter_name(node)
-    if name:
-      self.splitters.add(name)
-    for decorator in node.decorators:
-      if self._is_decorator(decorator.decorator):
-        self.steps[node.name.value] = StepLayout(self._line(decorator),
-                                                 node.name.value)
-    self._scope.append(node.name.value)
-    self.params[node.name.value] = {
-        p.name.value for p in (*node.params.params, *node.params.kwonly_params,
-                                *node.params.posonly_params)}
-    return True
-
-  def leave_FunctionDef(self, node):
-    self._scope.pop()
-
-  def _loop(self, node):
-    pos = self._pos(node)
-    self.loops.setdefault(self._scope[-1], []).append(
-        (pos.start.line, pos.end.line))
-
-  def visit_While(self, node):
-    self._loop(node)
-
-  def visit_For(self, node):
-    self._loop(node)
-    line, target = self._line(node), node.target
-    source = node.iter
-    if (isinstance(source, cst.Call) and rewrite_pmap.dotted(source.func)
-        == "enumerate" and isinstance(target, cst.Tuple)
-        and len(target.elements) == 2):
-      source, target = source.args[0].value, target.elements[1].value
-    if isinstance(source, cst.Name):
-      self._allow(source, "biter")
-    kind = ("alias-iter", source) if isinstance(source, cst.Name) else S
-    for name in self._names(target):
-      self._bind(name, line, line, kind)
-
-  def _names(self, target):
-    if isinstance(target, cst.Name):
-      return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-      return [n for e in target.elements for n in self._names(e.value)]
-    return []
-
-  def _bind(self, name, line, end, kind):
-    self.assigns.setdefault((self._scope[-1], name), []).append(
-        _Assign(line, end, kind))
-
-  def visit_Assign(self, node):
-    pos, value = self._pos(node), node.value
-    line, end = pos.start.line, pos.end.line
-    if len(node.targets) != 1:
-      return True
-    target = node.targets[0].target
-    if isinstance(target, cst.Name) and self._builds_pmap(value):
-      self.steps[target.value] = StepLayout(self._line(value), target.value)
-      return True
-    step = (rewrite_pmap.dotted(value.func) if isinstance(value, cst.Call)
-            else "")
-    if isinstance(target, (cst.Tuple, cst.List)):
-      for j, element in enumerate(target.elements):
-        if isinstance(element.value, cst.Name):
-          self._bind(element.value.value, line, end,
-                     ("out", step, j) if step else S)
-      return True
-    if not isinstance(target, cst.Name):
-      return True
-    if is_replicate_call(value):
-      kind = R
-    elif is_shard_call(value, self.splitters):
-      kind = B
-    elif step:
-      kind = ("out", step, None)
-    elif self._root(value) is not None:
-      kind = ("alias", value)
-      self._allow(value, "alias")
-    elif (isinstance(value, cst.Call) and rewrite_pmap.dotted(value.func)
-          == "next" and len(value.args) == 1):
-      kind = ("alias-iter", value.args[0].value)
-      self._allow(value.args[0].value, "biter")
-    else:
-      kind = S
-    if step and rewrite_pmap.dotted(value.func).endswith(
-        "prefetch_to_device"):
-      kind = "biter"
-    self._bind(target.value, line, end, kind)
-    return True
-
-  def visit_Import(self, node):
-    self._imported(node)
-
-  def visit_ImportFrom(self, node):
-    self._imported(node)
-
-  def _imported(self, node):
-    """An imported name: a host value or a module, never one the rewrite
-    placed (S where a step takes it)."""
-    if isinstance(node.names, cst.ImportStar):
-      return
-    line = self._line(node)
-    for alias in node.names:
-      name = (alias.asname.name if alias.asname else alias.name)
-      if isinstance(name, cst.Name):
-        self._bind(name.value, line, line, S)
-
-  def visit_Call(self, node):
-    name = rewrite_pmap.dotted(node.func)
-    line = self._line(node)
-    if name in self.steps:
-      self.calls.append((self._scope[-1], name, line, node))
-      for arg in node.args:
-        self._allow(arg.value, "step")
-    elif is_unreplicate_call(node):
-      self._allow(node.args[0].value, "unreplicate", node)
-    elif is_tree_index0(node):
-      self._allow(node.args[1].value, "tree0", node)
-    elif name.endswith("prefetch_to_device"):
-      source = node.args[0].value if node.args else None
-      if not (isinstance(source, cst.Call) and rewrite_pmap.dotted(
-          source.func) == "map" and len(source.args) == 2
-              and rewrite_pmap.dotted(source.args[0].value).endswith(
-                  "common_utils.shard")):
-        self.blockers.append(Blocker(line, (
-            "prefetch_to_device of batches stacked elsewhere: remove the "
-            "[devices, ...] reshape where they are made, then place each "
-            "global batch with NamedSharding(mesh, P(axis)) "
-            "(docs/MIGRATION.md#prefetch)")))
-    return True
-
-  def visit_Subscript(self, node):
-    if is_index0(node):
-      self._allow(node.value, "index0", node)
-    return True
-
-  def visit_Name(self, node):
-    context = self.get_metadata(metadata.ExpressionContextProvider, node,
-                                None)
-    if context != metadata.ExpressionContext.LOAD:
-      return
-    hows = {how for key, how in self._allowed if key == id(node)}
-    if node.value in self.steps and not any(
-        c[3].func is node for c in self.calls):
-      self.blockers.append(Blocker(self._line(node), (
-          f"{node.value}, a pmapped step, used as a value: its calls are "
-          "not all in view (call it by its name)")))
-    self.reads.append((self._scope[-1], node.value, self._line(node),
-                       hows, node))
+__all__ = ["B", "Blocker", "CONFLICT", "R", "S", "StepLayout", "read"]
 
 
 class _Layouts:
   """The reading's answers: each name's layout where it is read, each
   step's outputs, the places that block."""
 
-  def __init__(self, reader: _Reader):
+  def __init__(self, reader: global_reader.Reader):
     self.r = reader
     self.blockers = list(reader.blockers)
 
@@ -377,7 +72,8 @@ class _Layouts:
     return max(loops, default=None)
 
   def kind(self, scope, name, line, depth=0):
-    """R, B, S, "biter", or None (cannot tell: a parameter or unbound)."""
+    """R, B, S, "biter", CONFLICT (a `Blocker` added), or None (cannot
+    tell: a parameter or unbound)."""
     scope, bindings = self.reaching(scope, name, line)
     if not bindings or depth > 8:
       return None
@@ -387,7 +83,7 @@ class _Layouts:
     self.blockers.append(Blocker(line, (
         f"{name} holds values of different layouts here (bound at lines "
         f"{sorted({a.line for a in bindings})}): place them alike by hand")))
-    return None
+    return CONFLICT
 
   def _of(self, scope, assign, depth):
     kind = assign.kind
@@ -474,7 +170,9 @@ class _Layouts:
       kinds = []
       for i, arg in enumerate(positional):
         kind = self.expression_kind(scope, arg.value, line)
-        if kind is None:
+        if kind == CONFLICT:
+          kind = None
+        elif kind is None:
           self.blockers.append(Blocker(line, (
               f"argument {i} of {name}, `{code_of(arg.value)}`: where it "
               f"comes from is not in view (a parameter of {scope}, or "
@@ -532,7 +230,7 @@ def read(wrapper, builds_pmap, is_pmap_decorator):
   `steps` by name, `splitters` the tutorial-style split functions,
   `replace` maps `id` of each `unreplicate(x)`, `x[0]`
   or `jax.tree.map(lambda y: y[0], x)` of a replicated value to `x`."""
-  reader = _Reader(builds_pmap, is_pmap_decorator)
+  reader = global_reader.Reader(builds_pmap, is_pmap_decorator)
   wrapper.visit(reader)
   layouts = _Layouts(reader)
   layouts.resolve_outputs()

@@ -27,6 +27,7 @@ place and why (exit 1).
 import libcst as cst
 from libcst import metadata
 
+from compare._src import global_idioms
 from compare._src import global_layouts
 from compare._src import rewrite_file
 from compare._src import rewrite_pmap
@@ -75,27 +76,27 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
 
   def _placed(self, value, kind) -> cst.BaseExpression:
     return cst.parse_expression(
-        f"jax.device_put({global_layouts.code_of(value)}, jax.NamedSharding("
+        f"jax.device_put({global_idioms.code_of(value)}, jax.NamedSharding("
         f"_pmap_mesh({self._axis}), {_spec(kind, self._axis)}))")
 
   def leave_Call(self, original, updated):
     line = self._line(original)
     name = rewrite_pmap.dotted(original.func)
-    if global_layouts.is_replicate_call(original):
+    if global_idioms.is_replicate_call(original):
       self.findings.append(Finding(line, "changed", (
           f"{name}(...) -> jax.device_put(..., NamedSharding(mesh, P())): "
           "the state placed once, no copy per device")))
       tree = updated.args[1 if len(updated.args) == 2 and isinstance(
           updated.args[0].value, cst.Lambda) else 0].value
       return self._placed(tree, R)
-    if global_layouts.is_shard_call(original, self._splitters):
+    if global_idioms.is_shard_call(original, self._splitters):
       self.findings.append(Finding(line, "changed", (
           f"{name}(...) -> jax.device_put(..., NamedSharding(mesh, "
           f"P({self._axis}))): the global batch, split over the mesh, no "
           "reshape to [devices, ...]")))
       return self._placed(updated.args[0].value, B)
     if name.endswith("prefetch_to_device"):
-      batches = global_layouts.code_of(updated.args[0].value.args[1].value)
+      batches = global_idioms.code_of(updated.args[0].value.args[1].value)
       self.findings.append(Finding(line, "changed", (
           f"{name}(map(shard, ...)) -> each global batch placed with "
           f"NamedSharding(mesh, P({self._axis})) as it is read")))

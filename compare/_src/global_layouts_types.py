@@ -1,0 +1,26 @@
+"""The global step's layouts and findings (`compare._src.global_layouts`)."""
+
+import dataclasses
+
+R, B, S = "replicated", "global batch", "stacked"
+CONFLICT = "conflict"  # a name of two layouts: already a `Blocker`
+
+
+@dataclasses.dataclass(frozen=True)
+class Blocker:
+  """A place the global step cannot take: its line and why."""
+
+  line: int
+  text: str
+
+
+@dataclasses.dataclass
+class StepLayout:
+  """One pmapped step: its line, name, and each argument's and output's
+  layout (`R`, `B` or `S`; None where the program never says)."""
+
+  line: int
+  name: str
+  args: list = dataclasses.field(default_factory=list)
+  outs: list | None = None
+  calls: list = dataclasses.field(default_factory=list)

@@ -1,0 +1,236 @@
+"""The reading behind the global step: every step, call, binding and read
+of a module (`compare._src.global_layouts` answers from it)."""
+
+import dataclasses
+
+import libcst as cst
+from libcst import metadata
+
+from compare._src import rewrite_pmap
+from compare._src.global_idioms import is_index0
+from compare._src.global_idioms import is_replicate_call
+from compare._src.global_idioms import is_shard_call
+from compare._src.global_idioms import is_tree_index0
+from compare._src.global_idioms import is_unreplicate_call
+from compare._src.global_idioms import splitter_name
+from compare._src.global_layouts_types import B
+from compare._src.global_layouts_types import Blocker
+from compare._src.global_layouts_types import R
+from compare._src.global_layouts_types import S
+from compare._src.global_layouts_types import StepLayout
+
+
+@dataclasses.dataclass(frozen=True)
+class _Assign:
+  """A name bound at `end` (the statement's last line): `kind` is R, B, S,
+  "biter" (batches from a rewritten prefetch), ("out", step, j) or
+  ("alias", node)."""
+
+  line: int
+  end: int
+  kind: object
+
+
+class Reader(cst.CSTVisitor):
+  """Collects the steps, their calls, every binding and every read."""
+
+  METADATA_DEPENDENCIES = (metadata.PositionProvider,
+                           metadata.ExpressionContextProvider)
+
+  def __init__(self, builds_pmap, is_pmap_decorator):
+    super().__init__()
+    self._builds_pmap, self._is_decorator = builds_pmap, is_pmap_decorator
+    self.steps: dict[str, StepLayout] = {}
+    self.calls = []       # (scope, step, line, call node)
+    self.assigns = {}     # (scope, name) -> [_Assign]
+    self.reads = []       # (scope, name, line, allowed: bool)
+    self.loops = {}       # scope -> [(start, end)]
+    self.params = {}      # scope -> set of names
+    self.splitters = set()
+    self.replace = {}     # id(original node) -> ("kind", ...) for the writer
+    self.blockers: list[Blocker] = []
+    self._scope = ["<module>"]
+    self._allowed = set()
+    self.containers = {}  # id(root Name) -> (unreplicate/[0] node, inner)
+
+  def _pos(self, node):
+    return self.get_metadata(metadata.PositionProvider, node)
+
+  def _line(self, node) -> int:
+    return self._pos(node).start.line
+
+  def _root(self, node):
+    """The Name under `x.a.b` or `x["key"]`, else None."""
+    while True:
+      if isinstance(node, cst.Name):
+        return node
+      if isinstance(node, cst.Attribute):
+        node = node.value
+      elif (isinstance(node, cst.Subscript) and len(node.slice) == 1
+            and isinstance(node.slice[0].slice, cst.Index)
+            and isinstance(node.slice[0].slice.value, cst.SimpleString)):
+        node = node.value
+      else:
+        return None
+
+  def _allow(self, node, how: str, container=None):
+    root = self._root(node)
+    if root is not None:
+      self._allowed.add((id(root), how))
+      if container is not None:
+        self.containers[id(root)] = (container, node)
+
+  def visit_FunctionDef(self, node):
+    name = splitter_name(node)
+    if name:
+      self.splitters.add(name)
+    for decorator in node.decorators:
+      if self._is_decorator(decorator.decorator):
+        self.steps[node.name.value] = StepLayout(self._line(decorator),
+                                                 node.name.value)
+    self._scope.append(node.name.value)
+    self.params[node.name.value] = {
+        p.name.value for p in (*node.params.params, *node.params.kwonly_params,
+                                *node.params.posonly_params)}
+    return True
+
+  def leave_FunctionDef(self, node):
+    self._scope.pop()
+
+  def _loop(self, node):
+    pos = self._pos(node)
+    self.loops.setdefault(self._scope[-1], []).append(
+        (pos.start.line, pos.end.line))
+
+  def visit_While(self, node):
+    self._loop(node)
+
+  def visit_For(self, node):
+    self._loop(node)
+    line, target = self._line(node), node.target
+    source = node.iter
+    if (isinstance(source, cst.Call) and rewrite_pmap.dotted(source.func)
+        == "enumerate" and isinstance(target, cst.Tuple)
+        and len(target.elements) == 2):
+      source, target = source.args[0].value, target.elements[1].value
+    if isinstance(source, cst.Name):
+      self._allow(source, "biter")
+    kind = ("alias-iter", source) if isinstance(source, cst.Name) else S
+    for name in self._names(target):
+      self._bind(name, line, line, kind)
+
+  def _names(self, target):
+    if isinstance(target, cst.Name):
+      return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+      return [n for e in target.elements for n in self._names(e.value)]
+    return []
+
+  def _bind(self, name, line, end, kind):
+    self.assigns.setdefault((self._scope[-1], name), []).append(
+        _Assign(line, end, kind))
+
+  def visit_Assign(self, node):
+    pos, value = self._pos(node), node.value
+    line, end = pos.start.line, pos.end.line
+    if len(node.targets) != 1:
+      return True
+    target = node.targets[0].target
+    if isinstance(target, cst.Name) and self._builds_pmap(value):
+      self.steps[target.value] = StepLayout(self._line(value), target.value)
+      return True
+    step = (rewrite_pmap.dotted(value.func) if isinstance(value, cst.Call)
+            else "")
+    if isinstance(target, (cst.Tuple, cst.List)):
+      for j, element in enumerate(target.elements):
+        if isinstance(element.value, cst.Name):
+          self._bind(element.value.value, line, end,
+                     ("out", step, j) if step else S)
+      return True
+    if not isinstance(target, cst.Name):
+      return True
+    if is_replicate_call(value):
+      kind = R
+    elif is_shard_call(value, self.splitters):
+      kind = B
+    elif step:
+      kind = ("out", step, None)
+    elif self._root(value) is not None:
+      kind = ("alias", value)
+      self._allow(value, "alias")
+    elif (isinstance(value, cst.Call) and rewrite_pmap.dotted(value.func)
+          == "next" and len(value.args) == 1):
+      kind = ("alias-iter", value.args[0].value)
+      self._allow(value.args[0].value, "biter")
+    else:
+      kind = S
+    if step and rewrite_pmap.dotted(value.func).endswith(
+        "prefetch_to_device"):
+      # Global batches only where the rewrite places them (of shard's).
+      source = value.args[0].value if value.args else None
+      kind = "biter" if (isinstance(source, cst.Call) and len(source.args)
+                         == 2 and rewrite_pmap.dotted(
+                             source.args[0].value).endswith(
+                                 "common_utils.shard")) else S
+    self._bind(target.value, line, end, kind)
+    return True
+
+  def visit_Import(self, node):
+    self._imported(node)
+
+  def visit_ImportFrom(self, node):
+    self._imported(node)
+
+  def _imported(self, node):
+    """An imported name: a host value or a module, never one the rewrite
+    placed (S where a step takes it)."""
+    if isinstance(node.names, cst.ImportStar):
+      return
+    line = self._line(node)
+    for alias in node.names:
+      name = (alias.asname.name if alias.asname else alias.name)
+      if isinstance(name, cst.Name):
+        self._bind(name.value, line, line, S)
+
+  def visit_Call(self, node):
+    name = rewrite_pmap.dotted(node.func)
+    line = self._line(node)
+    if name in self.steps:
+      self.calls.append((self._scope[-1], name, line, node))
+      for arg in node.args:
+        self._allow(arg.value, "step")
+    elif is_unreplicate_call(node):
+      self._allow(node.args[0].value, "unreplicate", node)
+    elif is_tree_index0(node):
+      self._allow(node.args[1].value, "tree0", node)
+    elif name.endswith("prefetch_to_device"):
+      source = node.args[0].value if node.args else None
+      if not (isinstance(source, cst.Call) and rewrite_pmap.dotted(
+          source.func) == "map" and len(source.args) == 2
+              and rewrite_pmap.dotted(source.args[0].value).endswith(
+                  "common_utils.shard")):
+        self.blockers.append(Blocker(line, (
+            "prefetch_to_device of batches stacked elsewhere: remove the "
+            "[devices, ...] reshape where they are made, then place each "
+            "global batch with NamedSharding(mesh, P(axis)) "
+            "(docs/MIGRATION.md#prefetch)")))
+    return True
+
+  def visit_Subscript(self, node):
+    if is_index0(node):
+      self._allow(node.value, "index0", node)
+    return True
+
+  def visit_Name(self, node):
+    context = self.get_metadata(metadata.ExpressionContextProvider, node,
+                                None)
+    if context != metadata.ExpressionContext.LOAD:
+      return
+    hows = {how for key, how in self._allowed if key == id(node)}
+    if node.value in self.steps and not any(
+        c[3].func is node for c in self.calls):
+      self.blockers.append(Blocker(self._line(node), (
+          f"{node.value}, a pmapped step, used as a value: its calls are "
+          "not all in view (call it by its name)")))
+    self.reads.append((self._scope[-1], node.value, self._line(node),
+                       hows, node))
