@@ -221,3 +221,41 @@ def test_an_output_read_per_device_keeps_its_devices(tmp_path, capsys):
   want = _script_output(source)
   assert want.count("\n") == 5 and len(want.splitlines()[3].split(",")) > 8
   assert _script_output(port) == want
+
+
+@pytest.mark.parametrize("script", ["flax_style_train",
+                                    "tutorial_linear_regression"])
+def test_the_first_steps_output_takes_the_second_step(script, tmp_path,
+                                                      capsys):
+  source = INPUTS / f"{script}.py"
+  first, both = tmp_path / "first.py", tmp_path / "both.py"
+  direct = tmp_path / "direct.py"
+  assert rewrite.main([str(source), "-o", str(first)]) == 0
+  assert rewrite.main([str(source), "-o", str(direct), "--global"]) == 0
+  capsys.readouterr()
+  assert rewrite.main([str(first), "-o", str(both), "--global"]) == 0
+  out = capsys.readouterr().out
+  assert both.read_text() == direct.read_text()  # one reading, both ways
+  program = both.read_text().replace(rewrite_helpers.HELPERS, "")
+  assert not STACKED.findall(program)
+  assert _script_output(both) == _script_output(source)
+  # The report's lines are the given file's: each changed line names a
+  # line of first.py that holds what it says was changed.
+  lines = first.read_text().splitlines()
+  for number, text in re.findall(r"first\.py:(\d+): changed: (\S+)", out):
+    said = text.split("(")[0].rstrip(".")
+    held = lines[int(number) - 1]
+    assert (said in held or (said == "pmap" and "_pmap_waited" in held)
+            or said == "[0]" and "[0]" in held), (number, text, held)
+
+
+def test_the_first_step_refuses_its_own_output_with_a_hint(tmp_path,
+                                                           capsys):
+  first = tmp_path / "first.py"
+  assert rewrite.main([str(INPUTS / "flax_style_train.py"), "-o",
+                       str(first)]) == 0
+  capsys.readouterr()
+  assert rewrite.main([str(first), "-o", str(tmp_path / "again.py")]) == 2
+  err = capsys.readouterr().err
+  assert "first step's output: --global takes the second" in err
+  assert not (tmp_path / "again.py").exists()

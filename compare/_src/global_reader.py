@@ -51,6 +51,7 @@ class Reader(cst.CSTVisitor):
     self.blockers: list[Blocker] = []
     self._scope = ["<module>"]
     self._allowed = set()
+    self._mapped = set()  # ids of the functions pmap-building calls map
     self.containers = {}  # id(root Name) -> (unreplicate/[0] node, inner)
 
   def _pos(self, node):
@@ -195,6 +196,9 @@ class Reader(cst.CSTVisitor):
   def visit_Call(self, node):
     name = rewrite_pmap.dotted(node.func)
     line = self._line(node)
+    if self._builds_pmap(node) and node.args:
+      # `f = jax.pmap(f, ...)`: the function mapped, not a step used.
+      self._mapped.add(id(node.args[0].value))
     if name in self.steps:
       self.calls.append((self._scope[-1], name, line, node))
       for arg in node.args:
@@ -227,7 +231,7 @@ class Reader(cst.CSTVisitor):
     if context != metadata.ExpressionContext.LOAD:
       return
     hows = {how for key, how in self._allowed if key == id(node)}
-    if node.value in self.steps and not any(
+    if node.value in self.steps and id(node) not in self._mapped and not any(
         c[3].func is node for c in self.calls):
       self.blockers.append(Blocker(self._line(node), (
           f"{node.value}, a pmapped step, used as a value: its calls are "

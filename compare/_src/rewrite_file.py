@@ -122,7 +122,9 @@ def rewrite_source(source: str, path: str = "<string>") -> Rewrite:
   references = _References(aliases)
   wrapper.visit(references)
   if not references.lines:
-    raise RewriteError(f"{path}: no jax.pmap found")
+    raise RewriteError(f"{path}: no jax.pmap found" + (
+        " (it is the first step's output: --global takes the second)"
+        if "_pmap_waited(" in source else ""))
   rewriter = rewrite_pmap.PmapRewriter(aliases)
   new = wrapper.visit(rewriter)
   findings = list(rewriter.findings)

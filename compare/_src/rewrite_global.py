@@ -27,6 +27,7 @@ place and why (exit 1).
 import libcst as cst
 from libcst import metadata
 
+from compare._src import first_step_undone
 from compare._src import global_idioms
 from compare._src import global_layouts
 from compare._src import rewrite_file
@@ -138,12 +139,23 @@ def _axis_of(module, aliases, line) -> tuple[str | None, list]:
 
 def rewrite_global_source(source: str, path: str = "<string>"
                           ) -> rewrite_file.Rewrite:
-  """Both steps of one source: its pmaps to global arrays, or, where the
-  global step cannot be taken, the first step and a finding per place.
+  """Both steps of one source (a pmap program, or the first step's output):
+  its pmaps to global arrays, or, where the global step cannot be taken,
+  the first step and a finding per place.
 
   Raises:
     RewriteError: `source` is not Python, or has no pmap.
   """
+  try:
+    read_back = first_step_undone.undone(source)
+  except first_step_undone.UndoError as err:
+    raise rewrite_file.RewriteError(f"{path}: {err}") from None
+  if read_back is not None:  # the first step's output: from its program
+    both = rewrite_global_source(read_back, path)
+    line = first_step_undone.line_of(source, read_back)
+    return rewrite_file.Rewrite(both.code, tuple(
+        Finding(line(f.line), f.kind, f.text) for f in both.findings),
+                                both.ports)
   first = rewrite_file.rewrite_source(source, path)
   if first.needs_a_person:
     return rewrite_file.Rewrite(first.code, first.findings + (Finding(

@@ -1,0 +1,89 @@
+"""The first step's output read back as the pmap program it came from.
+
+`python -m compare.rewrite --global` takes a pmap program or the first
+step's output. For the latter, each port the first step wrote,
+
+    _pmap_waited(jax.jit(_pmap_keywords(jax.shard_map(
+        _pmap_view(F, in_axes=A, out_axes=O), mesh=_pmap_mesh(AXIS[, D]),
+        ...)), donate_argnums=N))
+
+is read back as `jax.pmap(F, axis_name=AXIS, in_axes=A, out_axes=O,
+donate_argnums=N[, devices=D])` and the helpers it added are taken out, so
+that both steps are taken from one reading. `line_of` maps the lines of the
+text read back to the file's own, for the report.
+"""
+
+import difflib
+
+import libcst as cst
+
+from compare._src import rewrite_helpers
+from compare._src import rewrite_pmap
+
+MARK = "# compare.rewrite's helpers"
+
+
+class UndoError(ValueError):
+  """A port of the first step whose shape is not the one it writes."""
+
+
+def _argument(call, name):
+  return next((a.value for a in call.args
+               if a.keyword and a.keyword.value == name), None)
+
+
+class _Undo(cst.CSTTransformer):
+  """Each `_pmap_waited(...)` port back to its `jax.pmap(...)`."""
+
+  def leave_Call(self, original, updated):
+    if rewrite_pmap.dotted(updated.func) != "_pmap_waited":
+      return updated
+    code = cst.Module([]).code_for_node
+    try:
+      jit = updated.args[0].value
+      keywords = jit.args[0].value
+      shard_map = keywords.args[0].value
+      view = shard_map.args[0].value
+      mesh = _argument(shard_map, "mesh")
+      assert rewrite_pmap.dotted(keywords.func) == "_pmap_keywords"
+      assert rewrite_pmap.dotted(view.func) == "_pmap_view"
+      assert rewrite_pmap.dotted(mesh.func) == "_pmap_mesh"
+    except (AttributeError, IndexError, AssertionError):
+      raise UndoError(
+          "a _pmap_waited(...) port the first step does not write "
+          "(static arguments, or edited by hand): give --global the pmap "
+          "program itself") from None
+    parts = [code(view.args[0].value),
+             f"axis_name={code(mesh.args[0].value)}",
+             f"in_axes={code(_argument(view, 'in_axes'))}",
+             f"out_axes={code(_argument(view, 'out_axes'))}"]
+    donate = _argument(jit, "donate_argnums")
+    if donate is not None:
+      parts.append(f"donate_argnums={code(donate)}")
+    if len(mesh.args) > 1:  # `tuple(devices)`
+      parts.append(f"devices={code(mesh.args[1].value.args[0].value)}")
+    return cst.parse_expression(f"jax.pmap({', '.join(parts)})")
+
+
+def undone(source: str) -> str | None:
+  """`source` as the pmap program the first step was given, or None where
+  it is not the first step's output. Raises UndoError."""
+  if "_pmap_waited(" not in source or rewrite_helpers.HELPERS not in source:
+    return None
+  text = source.replace(rewrite_helpers.HELPERS, "").replace(
+      rewrite_helpers.STATIC_HELPER, "")
+  text = "".join(line for line in text.splitlines(keepends=True)
+                 if not line.rstrip().endswith(MARK))
+  return cst.parse_module(text).visit(_Undo()).code
+
+
+def line_of(source: str, read_back: str):
+  """A function from a line of `read_back` to the line of `source` it
+  comes from (the first line of a port read back: the port's own)."""
+  lines = {}
+  matcher = difflib.SequenceMatcher(None, read_back.splitlines(),
+                                    source.splitlines(), autojunk=False)
+  for tag, a0, a1, b0, _ in matcher.get_opcodes():
+    for i in range(a0, a1):
+      lines[i + 1] = b0 + (i - a0 if tag == "equal" else 0) + 1
+  return lambda line: lines.get(line, line)
