@@ -7,6 +7,7 @@ and examples/resnet (proved with `--prove`); each unsafe pattern reported by
 line with its reason and exit 1; bad input exit 2 with nothing written.
 """
 
+import functools
 import importlib.util
 import os
 import pathlib
@@ -31,7 +32,14 @@ def _rewrite(*argv, capsys=None):
   return code, (capsys.readouterr() if capsys else None)
 
 
+@functools.lru_cache(maxsize=None)
 def _script_output(path):
+  """A script's stdout on 8 devices (each file run once per process: the
+  originals are compared with several rewrites)."""
+  return _run_script(path)
+
+
+def _run_script(path):
   env = {**os.environ, "XLA_FLAGS":
          "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
   done = subprocess.run([sys.executable, str(path)], cwd=ROOT, env=env,
