@@ -265,6 +265,12 @@ def main(argv=None) -> int:
                 sys.argv[1:] if argv is None else argv),
             "programs": programs, "table": table(programs)}
   args.json.write_text(json.dumps(result, indent=1) + "\n")
+  if args.global_step and programs[0].get("diff"):
+    # docs/REWRITE.md shows it whole (a part, beside the JSON).
+    args.json.with_suffix(".nlp_seq.md").write_text(
+        "# flax's examples/nlp_seq to global arrays (`python -m "
+        "compare.rewrite --global`)\n\n```diff\n" + programs[0]["diff"]
+        + "```\n")
   for record in programs:
     print(json.dumps({k: v for k, v in record.items()
                       if k not in ("report", "original_runs",
