@@ -128,8 +128,12 @@ def _axis_of(module, aliases, line) -> tuple[str | None, list]:
   reader = rewrite_pmap.PmapRewriter(aliases)
   wrapper = metadata.MetadataWrapper(module)
   wrapper.visit(reader)
-  axes = {a for a in reader.axes}
-  if axes == {"*"} or len(axes) != 1 or "*" in axes:
+  axes = set(reader.axes)
+  if "*" in axes:
+    return None, [global_layouts.Blocker(line, (
+        "a pmap's axis_name is an expression, not a string: the global "
+        "step writes the mesh's axis by name; give it the name"))]
+  if len(axes) != 1:
     return None, [global_layouts.Blocker(line, (
         f"the pmaps name {len(axes)} axes ({sorted(axes)}): the global step "
         "takes one 1-D mesh; a 2-D mesh is written by hand "
