@@ -55,8 +55,8 @@ def lines(first: dict, global_: dict) -> list[str]:
                      ("output_bytes", "outputs"),
                      ("temp_bytes", "temporaries"),
                      ("alias_bytes", "aliased (donated)")):
-    rows.append(f"  {label:<18} {_size(first['memory'][key]):>14} "
-                f"{_size(global_['memory'][key]):>14}")
+    rows.append(f"  {label:<18} {_size(first['memory'][key]):>20} "
+                f"{_size(global_['memory'][key]):>20}")
   for name in sorted(set(first["collectives_per_step_executed"])
                      | set(global_["collectives_per_step_executed"])):
     a = first["collectives_per_step_executed"].get(name, 0)
@@ -65,7 +65,7 @@ def lines(first: dict, global_: dict) -> list[str]:
       moved = [f"{count} moving " + _size(
           step["collective_bytes_per_step"].get(name, 0))
                for count, step in ((a, first), (b, global_))]
-      rows.append(f"  {name:<18} {moved[0]:>14} {moved[1]:>14}")
+      rows.append(f"  {name:<18} {moved[0]:>20} {moved[1]:>20}")
   return ["what the global step moved, per device (compiled on the Port's "
           "state and first batch):",
-          f"  {'':<18} {'first step':>14} {'global step':>14}", *rows]
+          f"  {'':<18} {'first step':>20} {'global step':>20}", *rows]
