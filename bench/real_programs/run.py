@@ -19,6 +19,7 @@ whose data is unseeded, is run `--tutorial-runs` times each to count hangs
 """
 
 import argparse
+import datetime
 import difflib
 import json
 import os
@@ -259,6 +260,7 @@ def main(argv=None) -> int:
   result = {"what": "pmap programs written elsewhere, rewritten by "
                     "python -m compare.rewrite; original and port run on 8 "
                     "emulated CPU devices, every logged number compared",
+            "date": datetime.date.today().isoformat(),
             "jax_version": jax.__version__,
             "tensorflow_version": tf.__version__,
             "command": "python -m bench.real_programs.run " + " ".join(
