@@ -34,6 +34,7 @@ STEP_TAKES_HOST_LOCAL = devices.STEP_TAKES_HOST_LOCAL
 make_placement = devices.placement
 
 
+# region: fsdp-specs
 def _spec(axis):
   if axis == fsdp.REPLICATED:
     return P()
@@ -44,6 +45,7 @@ def _state_specs(state, n):
   """The PartitionSpec of every leaf of `state` (global shapes), in its
   tree; built from the state itself, whose static fields the specs share."""
   return jax.tree.map(lambda x: _spec(fsdp.shard_axis(np.shape(x), n)), state)
+# endregion
 
 
 def create_state(seed, config, placement):

@@ -39,6 +39,7 @@ BASELINE = "data_parallel"  # the run with the replicated state
 REPLICATED = -1
 
 
+# region: fsdp-helpers
 def shard_axis(shape, n: int) -> int:
   """The axis a leaf of `shape` is split along over `n` devices, or
   `REPLICATED` (-1) where no axis divides."""
@@ -68,6 +69,7 @@ def scatter_mean(grads, axes, axis_name, n):
                       else lax.psum_scatter(
                           g, axis_name, scatter_dimension=a, tiled=True) / n,
                       grads, axes)
+# endregion
 
 
 def wrong_shard(module, run):
