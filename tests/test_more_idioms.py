@@ -8,7 +8,11 @@ the longest row's trips with an all-reduce inside the loop, and a state
 donated in another sharding than the step returns stays alive.
 """
 
+import os
 import pathlib
+import socket
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -148,9 +152,8 @@ many_hosts_main = _load("many_hosts_main")
 def test_the_many_hosts_main_runs_in_one_process_and_in_two(tmp_path,
                                                             capsys):
   # docs/MANY-HOSTS.md ("A team's main, end to end"): the same main on 8
-  # devices of one process and on 2 processes of 4 (gloo): the same losses (gloo's ring
-  # sums in another order: 1e-6), and one checkpoint each.
-  import os, socket, subprocess, sys  # pylint: disable=g-import-not-at-top,import-outside-toplevel,multiple-imports
+  # devices of one process and on 2 processes of 4 (gloo): the same losses
+  # (gloo's ring sums in another order: 1e-6), and one checkpoint each.
   many_hosts_main.main(str(tmp_path / "one"))
   one = [float(line.split()[-1]) for line in
          capsys.readouterr().out.splitlines() if line.startswith("step ")]
