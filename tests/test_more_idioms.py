@@ -5,7 +5,9 @@ Each claim the page makes is asserted here, with a check that can fail:
 the inspected text holds the collective, the wrapped function is the step,
 the per-device loops run each device's own trips, and the global loop runs
 the longest row's trips with an all-reduce inside the loop, and a state
-donated in another sharding than the step returns stays alive.
+donated in another sharding than the step returns stays alive. Static
+arguments and a closed-over table ported, the collectives recipe (what only
+a port runs shows), and the many-hosts main in one process and in two.
 """
 
 import os
