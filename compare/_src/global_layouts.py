@@ -166,7 +166,8 @@ class _Layouts:
             f"{name} called with */** arguments: their layouts cannot be "
             "read")))
         continue
-      positional = [a for a in call.args if a.keyword is None]
+      positional = [a for i, a in enumerate(
+          a for a in call.args if a.keyword is None) if i not in step.static]
       kinds = []
       for i, arg in enumerate(positional):
         kind = self.expression_kind(scope, arg.value, line)

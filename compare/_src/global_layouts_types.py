@@ -16,11 +16,13 @@ class Blocker:
 
 @dataclasses.dataclass
 class StepLayout:
-  """One pmapped step: its line, name, and each argument's and output's
-  layout (`R`, `B` or `S`; None where the program never says)."""
+  """One pmapped step: its line, name, and each mapped argument's and
+  output's layout (`R`, `B` or `S`; None where the program never says);
+  its static arguments have none."""
 
   line: int
   name: str
   args: list = dataclasses.field(default_factory=list)
   outs: list | None = None
   calls: list = dataclasses.field(default_factory=list)
+  static: tuple = ()  # static_broadcasted_argnums: Python values, no layout

@@ -31,6 +31,20 @@ class _Assign:
   kind: object
 
 
+def _static(args) -> tuple[int, ...]:
+  """pmap's `static_broadcasted_argnums` among `args` (a literal; the
+  first step refuses any other)."""
+  for arg in args:
+    if arg.keyword and arg.keyword.value == "static_broadcasted_argnums":
+      value = arg.value
+      if isinstance(value, cst.Integer):
+        return (value.evaluated_value,)
+      if isinstance(value, (cst.Tuple, cst.List)):
+        return tuple(e.value.evaluated_value for e in value.elements
+                     if isinstance(e.value, cst.Integer))
+  return ()
+
+
 class Reader(cst.CSTVisitor):
   """Collects the steps, their calls, every binding and every read."""
 
@@ -87,8 +101,10 @@ class Reader(cst.CSTVisitor):
       self.splitters.add(name)
     for decorator in node.decorators:
       if self._is_decorator(decorator.decorator):
-        self.steps[node.name.value] = StepLayout(self._line(decorator),
-                                                 node.name.value)
+        expr = decorator.decorator
+        self.steps[node.name.value] = StepLayout(
+            self._line(decorator), node.name.value,
+            static=_static(expr.args if isinstance(expr, cst.Call) else ()))
     self._scope.append(node.name.value)
     self.params[node.name.value] = {
         p.name.value for p in (*node.params.params, *node.params.kwonly_params,
@@ -138,7 +154,10 @@ class Reader(cst.CSTVisitor):
       return True
     target = node.targets[0].target
     if isinstance(target, cst.Name) and self._builds_pmap(value):
-      self.steps[target.value] = StepLayout(self._line(value), target.value)
+      self.steps[target.value] = StepLayout(
+          self._line(value), target.value,
+          static=_static([*value.args, *(value.func.args if isinstance(
+              value.func, cst.Call) else ())]))
       return True
     step = (rewrite_pmap.dotted(value.func) if isinstance(value, cst.Call)
             else "")
