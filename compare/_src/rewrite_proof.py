@@ -23,6 +23,7 @@ import importlib.util
 import pathlib
 import re
 import sys
+import tempfile
 
 from compare._src import port as port_module
 from compare._src import port_steps
@@ -193,21 +194,26 @@ def _with_layout(port, rewritten):
   raise first
 
 
+def _written_port(port, source: pathlib.Path, target: pathlib.Path):
+  """`(the step, its _pmap_view axes, its name)`: the written file's port
+  of the Port's pmap_step, found by name or, for a pmap made inside a
+  function, by the function it maps."""
+  name = _original_name(port, source)
+  if name is not None:
+    return (getattr(_rewritten_module(target), name),
+            _written_axes(target, name, None), name)
+  step, line, written = _port_of_local_pmap(port, source, target,
+                                            _helpers(target))
+  return step, _written_axes(target, None, written), f"pmap of line {line}"
+
+
 def prove(port, source: pathlib.Path, target: pathlib.Path,
           steps: int | None = None, global_step: bool = False) -> int:
   """Proves the rewritten step against the Port's pmap_step; prints the
   report and returns the proof's exit code (2: it cannot be proved).
   `global_step`: the rewrite took the state placed once (`--global`), so
   the port runs on the Port's own layout, no adapter."""
-  name = _original_name(port, source)
-  if name is not None:
-    rewritten = getattr(_rewritten_module(target), name)
-    axes = _written_axes(target, name, None)
-  else:
-    rewritten, line, written = _port_of_local_pmap(port, source, target,
-                                                   _helpers(target))
-    axes = _written_axes(target, None, written)
-    name = f"pmap of line {line}"
+  rewritten, axes, name = _written_port(port, source, target)
   moved = None
   if global_step and all(isinstance(axes.get(k), tuple) and len(axes[k]) == 2
                          for k in ("in_axes", "out_axes")):
@@ -227,20 +233,11 @@ def prove(port, source: pathlib.Path, target: pathlib.Path,
 
 def _what_moved(port, source, target, global_port, axes) -> list[str]:
   """`rewrite_cost.lines` of the first step's port of the same pmap (the
-  first step written beside `target`) and the global one."""
-  first = target.with_name(f"{target.stem}_first_step{target.suffix}")
-  first.write_text(rewrite_file.rewrite_source(source.read_text()).code)
-  try:
-    name = _original_name(port, source)
-    if name is not None:
-      first_port = getattr(_rewritten_module(first), name)
-      first_axes = _written_axes(first, name, None)
-    else:
-      first_port, _, written = _port_of_local_pmap(port, source, first,
-                                                   _helpers(first))
-      first_axes = _written_axes(first, None, written)
-  finally:
-    first.unlink()
+  first step written to a temporary folder) and the global one."""
+  with tempfile.TemporaryDirectory() as folder:
+    first = pathlib.Path(folder) / target.name
+    first.write_text(rewrite_file.rewrite_source(source.read_text()).code)
+    first_port, first_axes, _ = _written_port(port, source, first)
   first_axes = {k: v if isinstance(v, tuple) else (v, v)
                 for k, v in first_axes.items()}
   return rewrite_cost.lines(rewrite_cost.describe(port, first_port,
