@@ -11,6 +11,7 @@ from jax import lax
 
 from legacy_pmap import data_parallel
 from legacy_pmap import devices
+from shardport.training import checkpoints
 from shardport.workloads import batches
 from shardport.workloads import microbatches
 from shardport.workloads import registry
@@ -23,6 +24,7 @@ PROCESS_LOCAL_BATCH = data_parallel.PROCESS_LOCAL_BATCH
 BACKEND = data_parallel.BACKEND
 STEP_TAKES_HOST_LOCAL = data_parallel.STEP_TAKES_HOST_LOCAL
 CHECKPOINTS = data_parallel.CHECKPOINTS
+from_host = checkpoints.from_host_of(__name__)
 make_evaluate = data_parallel.make_evaluate
 metrics_to_host = data_parallel.metrics_to_host
 # The canonical fields unwrap optax.MultiSteps (shardport.workloads.canonical).

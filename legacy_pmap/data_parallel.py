@@ -9,6 +9,7 @@ import jax
 from jax import lax
 
 from legacy_pmap import devices
+from shardport.training import checkpoints
 from shardport.workloads import canonical
 from shardport.workloads import registry
 
@@ -20,6 +21,7 @@ PROCESS_LOCAL_BATCH = True
 BACKEND = devices.BACKEND
 STEP_TAKES_HOST_LOCAL = devices.STEP_TAKES_HOST_LOCAL
 CHECKPOINTS = devices
+from_host = checkpoints.from_host_of(__name__)
 make_placement = devices.placement
 
 

@@ -10,6 +10,7 @@ import jax
 from jax import lax
 
 from legacy_pmap import devices
+from shardport.training import checkpoints
 from shardport.workloads import canonical
 from shardport.workloads import ensemble
 
@@ -22,6 +23,7 @@ PROCESS_LOCAL_BATCH = False
 BACKEND = devices.BACKEND
 STEP_TAKES_HOST_LOCAL = devices.STEP_TAKES_HOST_LOCAL
 CHECKPOINTS = devices.MemberCheckpoints
+from_host = checkpoints.from_host_of(__name__)
 MEMBERS_PER_DEVICE = 1
 
 

@@ -19,6 +19,7 @@ from jax import lax
 import numpy as np
 
 from legacy_pmap import devices
+from shardport.training import checkpoints
 from shardport.workloads import canonical
 from shardport.workloads import ensemble
 
@@ -31,6 +32,7 @@ PROCESS_LOCAL_BATCH = False
 BACKEND = devices.BACKEND
 STEP_TAKES_HOST_LOCAL = devices.STEP_TAKES_HOST_LOCAL
 CHECKPOINTS = devices.MemberReplicas
+from_host = checkpoints.from_host_of(__name__)
 
 
 def why_unavailable():

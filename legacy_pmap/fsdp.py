@@ -27,6 +27,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 
 from legacy_pmap import devices
+from shardport.training import checkpoints
 from shardport.workloads import canonical
 from shardport.strategies import fsdp
 from shardport.workloads import registry
@@ -205,3 +206,4 @@ class Checkpoints:
 
 
 CHECKPOINTS = Checkpoints
+from_host = checkpoints.from_host_of(__name__)

@@ -15,6 +15,7 @@ from jax.sharding import PartitionSpec as P
 
 from sharded import data_parallel
 from sharded import devices
+from shardport.training import checkpoints
 from shardport.workloads import batches
 from shardport.workloads import microbatches
 from shardport.workloads import registry
@@ -27,6 +28,7 @@ PROCESS_LOCAL_BATCH = data_parallel.PROCESS_LOCAL_BATCH
 BACKEND = data_parallel.BACKEND
 STEP_TAKES_HOST_LOCAL = data_parallel.STEP_TAKES_HOST_LOCAL
 CHECKPOINTS = data_parallel.CHECKPOINTS
+from_host = checkpoints.from_host_of(__name__)
 make_evaluate = data_parallel.make_evaluate
 metrics_to_host = data_parallel.metrics_to_host
 # The canonical fields unwrap optax.MultiSteps (shardport.workloads.canonical).

@@ -14,6 +14,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from sharded import devices
+from shardport.training import checkpoints
 from shardport.workloads import canonical
 from shardport.workloads import registry
 
@@ -25,6 +26,7 @@ PROCESS_LOCAL_BATCH = True
 BACKEND = devices.BACKEND
 STEP_TAKES_HOST_LOCAL = devices.STEP_TAKES_HOST_LOCAL
 CHECKPOINTS = devices
+from_host = checkpoints.from_host_of(__name__)
 make_placement = devices.placement
 
 

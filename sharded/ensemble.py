@@ -21,6 +21,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from sharded import devices
+from shardport.training import checkpoints
 from shardport.workloads import canonical
 from shardport.workloads import ensemble
 
@@ -42,6 +43,7 @@ PROCESS_LOCAL_BATCH = False
 BACKEND = devices.BACKEND
 STEP_TAKES_HOST_LOCAL = devices.STEP_TAKES_HOST_LOCAL
 CHECKPOINTS = devices.MemberCheckpoints
+from_host = checkpoints.from_host_of(__name__)
 MEMBERS_PER_DEVICE = None
 
 _MEMBERS, _REPLICATED = P(devices.ENSEMBLE_AXIS), P()

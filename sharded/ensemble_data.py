@@ -19,6 +19,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from sharded import devices
+from shardport.training import checkpoints
 from shardport.workloads import canonical
 from shardport.workloads import ensemble
 
@@ -39,6 +40,7 @@ PROCESS_LOCAL_BATCH = False
 BACKEND = devices.BACKEND
 STEP_TAKES_HOST_LOCAL = devices.STEP_TAKES_HOST_LOCAL
 CHECKPOINTS = devices.MemberCheckpoints
+from_host = checkpoints.from_host_of(__name__)
 
 _MEMBERS, _DATA, _REPLICATED = (P(devices.MEMBERS_AXIS), P(devices.DATA_AXIS),
                                 P())

@@ -20,6 +20,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from sharded import devices
+from shardport.training import checkpoints
 from shardport.workloads import canonical
 from shardport.strategies import fsdp
 from shardport.workloads import registry
@@ -167,3 +168,4 @@ class Checkpoints:
 
 
 CHECKPOINTS = Checkpoints
+from_host = checkpoints.from_host_of(__name__)

@@ -4,6 +4,7 @@ import importlib
 import inspect
 import pathlib
 
+import jax
 import pytest
 
 from legacy_pmap import devices as legacy_devices
@@ -12,6 +13,10 @@ from shardport import strategies
 from shardport.strategies import protocol
 from shardport.workloads import batches
 from shardport.workloads import configs
+from shardport.workloads import datasets
+from shardport.workloads import digest
+from shardport.workloads import registry
+from tests import helpers
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROGRAMS = sorted({spec.program for spec in strategies.STRATEGIES.values()})
@@ -87,3 +92,42 @@ def test_input_errors_are_value_errors():
   for error in (configs.EnsembleSizeError, configs.DeviceError,
                 batches.MicrobatchError):
     assert issubclass(error, ValueError), error
+
+
+# Small configs (tests/test_switch.py's), two steps.
+_ROUND_TRIP = {"data_parallel": {"workload": "linear512"},
+               "accumulation": {"workload": "linear512", "accum_steps": 2},
+               "fsdp": {"workload": "linear512"},
+               "ensemble": {"workload": "cnn", "members": 8},
+               "ensemble_data": {"workload": "cnn", "members": 2}}
+
+
+@pytest.mark.parametrize("strategy", sorted(_ROUND_TRIP))
+def test_every_run_places_its_own_view_after_steps(strategy):
+  """The engine's one placement (`compare._src.lockstep.place`) is each
+  run's `from_host`: our programs' canonical view, after 2 optimiser steps,
+  placed through their checkpoint layout and read back bit for bit, the
+  step counter included (a `from_host` that drops the step, a field, or a
+  member's order fails here)."""
+  spec = strategies.get(strategy)
+  options = {"steps": 2, "global_batch": 32, **_ROUND_TRIP[strategy]}
+  data = datasets.load(registry.get(options["workload"]).dataset)
+  config = spec.make_config(options, data)
+  active = spec.active_runs(config, 8)
+  for run in spec.runs:
+    if run.name == spec.truth or run.name not in active:
+      continue  # the truth's state is the shared one, never placed
+    module = run.module
+    calls = spec.calls_per_step(config, run.name)
+    placement = module.make_placement(8)
+    initial = module.create_state(config.seed, config, placement)
+    like = jax.tree.map(lambda x: x.copy(), initial)
+    trained = helpers.drive(
+        module, placement, initial,
+        module.make_train_step(config, placement, run.variant),
+        batches.train_batches(data, config.seed, config.global_batch, 2),
+        calls)
+    placed = module.from_host(trained.host, placement, like, 2, calls)
+    helpers.assert_bitwise(module.to_host(placed), trained.host)
+    assert digest.state_digest(module.to_host(placed)) == (
+        digest.state_digest(trained.host)), (strategy, run.name)

@@ -30,7 +30,6 @@ import numpy as np
 from compare._src import equivalence
 from compare._src import leaf_bands
 from shardport.strategies import perturbations
-from shardport.training import checkpoints
 from shardport.training.metrics import global_devices
 
 # The one-step band never goes below this fraction of a step's update
@@ -370,22 +369,12 @@ def flip_limit(checked_steps: int) -> int:
 
 def place(run, host, step: int):
   """The host state `host` (after `step` optimiser steps) as `run`'s train
-  state, in its own layout: a run that keeps its own view of the state
-  places it itself (`from_host`, a `Port`'s runs); our strategies' runs
-  through their checkpoint layout, from the canonical fields."""
-  if hasattr(run.module, "from_host"):
-    return run.module.from_host(host, run.placement, run.state)
-  like = run.initial
-  like_tree = checkpoints.saved_fields(like)
-  layout = run.module.CHECKPOINTS
-  targets = layout.checkpoint_target(like_tree)
-  arrays = jax.tree.map(
-      lambda h, t: jax.make_array_from_callback(
-          t.shape, t.sharding, lambda index: np.asarray(h)[index]),
-      {name: host[name] for name in like_tree}, targets)
-  tree = layout.from_checkpoint(arrays, like_tree)
-  state = checkpoints.rebuild(like, tree, step, run.calls)
-  # The compiled step is specialised to the state's pytree metadata (the
-  # optimiser object): the run's own, with the placed leaves.
+  state: the run places its own view (`to_host`) itself (`from_host`: our
+  programs through their checkpoint layout, a `Port`'s runs every leaf as
+  the program holds it). The compiled step is specialised to the state's
+  pytree metadata (the optimiser object): the run's own, with the placed
+  leaves."""
+  state = run.module.from_host(host, run.placement, run.initial, step,
+                               run.calls)
   return jax.tree.unflatten(jax.tree.structure(run.state),
                             jax.tree.leaves(state))

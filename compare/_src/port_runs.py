@@ -91,13 +91,12 @@ class _Run:
     del seed, config
     return self.place(self._state, placement)
 
-  def from_host(self, host, placement, like):
-    """`to_host`'s fields as a state in this run's layout, with the pytree
-    metadata of `like` (the run's own state: its compiled step is
-    specialised to it)."""
-    state = self.place(self._state.replace(**host), placement)
-    return jax.tree.unflatten(jax.tree.structure(like),
-                              jax.tree.leaves(state))
+  def from_host(self, host, placement, like, step, calls_per_step=1):
+    """`to_host`'s fields as a state in this run's layout: every leaf from
+    the host, on the port's initial state (`like`, `step`: the engine's,
+    for programs whose view leaves fields out; this one leaves none)."""
+    del like, step, calls_per_step
+    return self.place(self._state.replace(**host), placement)
 
 
 class PmapRun(_Run):

@@ -65,14 +65,16 @@ class StrategyModule(Protocol):
     """The compiled `(state, batch) -> metric sums and counts`."""
 
   def to_host(self, state: State) -> HostState:
-    """The whole train state as numpy in the canonical layout.
+    """The whole train state as numpy, in the run's own view of it.
 
-    Every field of the state (`shardport.workloads.canonical.fields`): `params`,
-    `opt_state`, `step` and any other collection it carries, so that a
-    digest over it sees a change anywhere. Under optax.MultiSteps the
-    optimiser state is the inner one and `step` counts optimiser steps. The
-    canonical layout has no device axis for data-parallel programs and a
-    leading member axis for ensembles.
+    The engine compares, digests and shares this view and never looks
+    inside it. Our programs' view is the canonical one
+    (`shardport.workloads.canonical.fields`): every field of the state,
+    `params`, `opt_state`, `step` and any other collection it carries, so
+    that a digest over it sees a change anywhere; under optax.MultiSteps the
+    optimiser state is the inner one and `step` counts optimiser steps; no
+    device axis for data-parallel programs, a leading member axis for
+    ensembles. A team's `Port` keeps every leaf as its program holds it.
     """
 
   def metrics_to_host(self, metrics: Metrics) -> dict[str, np.ndarray]:
@@ -83,8 +85,9 @@ class StrategyModule(Protocol):
 # functions (a Protocol's annotated attributes are not in its `vars`).
 API = (*StrategyModule.__annotations__,
        *(name for name in vars(StrategyModule) if not name.startswith("_")))
-# What a module may add: `from_host(host, placement, like)`, its `to_host`
-# view placed in its own layout, for a module that keeps its own view of
-# the state (a team's `Port`'s runs: every leaf as the program holds it)
-# instead of the canonical one the checkpoints convert through.
+# What every run but a program's ground truth has (the truth's state is the
+# shared one, never placed): `from_host(host, placement, like, step,
+# calls_per_step)`, its `to_host` view after `step` optimiser steps placed
+# in its own layout, `like` its initial state (our programs: through their
+# checkpoint layout, `shardport.training.checkpoints.from_host_of`).
 OPTIONAL = ("from_host",)

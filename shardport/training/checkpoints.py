@@ -88,6 +88,33 @@ class Layout:
   def digest(self, state, version: int = digest.VERSION) -> str:
     return digest.state_digest(self.module.to_host(state), version)
 
+  def place_host(self, host: dict, like, step: int):
+    """`module.to_host`'s canonical fields, after `step` optimiser steps,
+    as the program's train state in its own layout, through the layout a
+    checkpoint is restored into; `like` (its initial state) brings the
+    layout, the static fields and the step counter."""
+    like_tree = saved_fields(like)
+    arrays = jax.tree.map(
+        lambda h, t: jax.make_array_from_callback(
+            t.shape, t.sharding, lambda index: np.asarray(h)[index]),
+        {name: host[name] for name in like_tree},
+        self.placement.checkpoint_target(like_tree))
+    return rebuild(like, self.placement.from_checkpoint(arrays, like_tree),
+                   step, self.calls_per_step)
+
+
+def from_host_of(module_name: str):
+  """Backend program `module_name`'s `from_host`
+  (`shardport.strategies.protocol`): its own view of the state, the
+  canonical fields, placed through its checkpoint layout (`Layout`)."""
+
+  def from_host(host, placement, like, step, calls_per_step=1):
+    del placement  # the layout's own (`CHECKPOINTS`)
+    return Layout.of(sys.modules[module_name], calls_per_step).place_host(
+        host, like, step)
+
+  return from_host
+
 
 def open_manager(directory, max_to_keep=None,
                  read_only=False) -> ocp.CheckpointManager:
