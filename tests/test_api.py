@@ -131,3 +131,24 @@ def test_every_run_places_its_own_view_after_steps(strategy):
     helpers.assert_bitwise(module.to_host(placed), trained.host)
     assert digest.state_digest(module.to_host(placed)) == (
         digest.state_digest(trained.host)), (strategy, run.name)
+
+
+def test_every_program_describes_itself_to_the_engine_alike():
+  """Our strategies and a team's Port each give the engine every name of
+  `protocol.JudgedProgram`, and a Port inherits none of our strategies'
+  description: its truth, batches and judged metrics are its own."""
+  from compare._src import port as port_module  # pylint: disable=g-import-not-at-top
+  from compare._src import port_runs  # pylint: disable=g-import-not-at-top
+  from shardport.strategies import strategy as strategy_module  # pylint: disable=g-import-not-at-top
+  from tests import toy_ports  # pylint: disable=g-import-not-at-top
+  programs = [*strategies.STRATEGIES.values()]
+  for made in (toy_ports.port(), toy_ports.port(reference_step=None)):
+    programs.append(port_runs.PortStrategy(port_module.check(made)))
+  for program in programs:
+    missing = [n for n in protocol.JUDGED if not hasattr(program, n)]
+    assert not missing, (program.name, missing)
+    assert program.truth in {run.name for run in program.runs}, program.name
+  ported = programs[-2:]
+  assert not any(isinstance(p, strategy_module.Strategy) for p in ported)
+  assert [p.truth for p in ported] == ["reference", "pmap"]
+  assert all(p.judged_metrics == ("train_loss",) for p in ported)

@@ -1,9 +1,11 @@
-"""A `Port`'s runs as strategy modules, and the strategy that judges them.
+"""A `Port` as the engine runs a program: its runs, and how it is judged.
 
-`compare.prove` turns a team's `Port` into what the runner runs for our own
-strategies: a module per run with the `shardport.strategies.protocol.StrategyModule`
-API (pmap's, the port's and the optional one-device reference's), and a
-`PortStrategy` with its pairs, tolerances, calibration and controls.
+`compare.prove` describes a team's `Port` the way every program describes
+itself to the engine (`shardport.strategies.protocol`): a module per run
+with the `StrategyModule` API, in the Port's own view of its state
+(pmap's, the port's and the optional one-device reference's), and a
+`PortStrategy` (a `JudgedProgram`) with its pairs, tolerances, calibration
+and controls. Nothing of our strategies' own description applies to it.
 """
 
 import dataclasses
@@ -18,7 +20,7 @@ from shardport.strategies import perturbations
 from compare._src import port_steps
 from shardport.strategies.reference import OneDevice
 from shardport.strategies.strategy import RunSpec
-from shardport.strategies.strategy import Strategy
+from shardport.strategies import strategy as our_strategies
 from shardport.strategies.tolerances import Tolerance
 from legacy_pmap import devices as pmap_devices
 from sharded import devices as mesh_devices
@@ -191,14 +193,23 @@ class ReferenceRun(MeshRun):
     return jax.device_put(batch, placement.device)
 
 
-class PortStrategy(Strategy):
-  """A team's `Port`, judged as our strategies are."""
+class PortStrategy:
+  """A team's `Port` as the engine runs and judges a program
+  (`shardport.strategies.protocol.JudgedProgram`), by the same rules as our
+  strategies but with none of their assumptions: every attribute is the
+  Port's own (not a `Strategy`: no canonical view, data set, test set or
+  truth of ours applies to a team's program)."""
 
   program = "port"
   port_runs = ("port",)
+  witness = "pmap"
   throughput_pair = ("pmap", "port")
   negative_controls = controls.late_controls()
   tolerances = {"first_step": FIRST_STEP, "final": FINAL}
+  lockstep_multiple = our_strategies.LOCKSTEP_MULTIPLE
+  lockstep_reason = our_strategies.LOCKSTEP_REASON
+  calibration_multiple = our_strategies.CALIBRATION_MULTIPLE
+  plot_members = False
   loss_convention = "the train loss as the steps return it (pmap's averaged over devices)"
 
   def __init__(self, checked):
@@ -215,6 +226,7 @@ class PortStrategy(Strategy):
     if port.reference_step is not None:
       runs.append(RunSpec("reference", ReferenceRun(
           port, state, port.reference_step), "reference"))
+      self.truth = "reference"  # the one device: no collective to get wrong
       self.pairs = (("port", "pmap"), ("pmap", "reference"),
                     ("port", "reference"))
     else:
@@ -265,3 +277,37 @@ class PortStrategy(Strategy):
     """The port's `evaluate` metrics, as floats."""
     del config
     return {k: float(v) for k, v in sums.items()}
+
+  def active_runs(self, config, n_devices):
+    del config, n_devices
+    return tuple(run.name for run in self.runs)
+
+  def why_skipped(self, config, n_devices):
+    del config, n_devices
+    return ""
+
+  def calls_per_step(self, config, run=None):
+    """One: a Port's step is one optimiser step (a `MultiSteps` port's mini
+    steps are its own optimiser's business, every leaf compared)."""
+    del config, run
+    return 1
+
+  def eval_every(self, config, n_train):
+    """The train loss (or `evaluate`) recorded ten times a run."""
+    del n_train
+    return max(1, config.steps // 10)
+
+  def control(self, name):
+    return controls.chosen(self.negative_controls, name, self.name)
+
+  def report_fields(self, config):
+    del config
+    return {}
+
+  def run_fields(self, config, name, state):
+    del config, name, state
+    return {}
+
+  def report_lines(self, report):
+    del report
+    return []

@@ -18,6 +18,7 @@ import numpy as np
 import optax
 
 from shardport.strategies import protocol
+from shardport.workloads import configs
 
 _API = protocol.API
 
@@ -40,6 +41,32 @@ class NegativeControl:
   plant: Callable[[Any, str], Any] | None
   at_step: Callable[[int], Callable[[Any, str], Any]] | None = None
   step: int | None = None
+
+
+def chosen(controls, name: str, program: str) -> NegativeControl:
+  """The control of `controls` called `name` (`NAME:N` for one that starts
+  at optimiser step N), for `program`'s `--negative-control`.
+
+  Raises:
+    ConfigError: no such control, or a step given where none is taken (or
+      none where one is).
+  """
+  base, colon, step = name.partition(":")
+  for control in controls:
+    if control.name != base:
+      continue
+    if control.at_step is None and not colon:
+      return control
+    if control.at_step is not None and step.isdigit() and int(step) >= 1:
+      return dataclasses.replace(control, name=name, step=int(step),
+                                 plant=control.at_step(int(step)))
+    raise configs.ConfigError(
+        f"--negative-control {base} takes "
+        + (f"a step: {base}:N with N >= 1" if control.at_step else
+           "no step") + f", got {name!r}")
+  raise configs.ConfigError(
+      f"unknown --negative-control {name!r} for {program}; choose one of "
+      f"{', '.join(c.name for c in controls)}")
 
 
 def _with(module, **changed):

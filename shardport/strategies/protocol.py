@@ -91,3 +91,90 @@ API = (*StrategyModule.__annotations__,
 # in its own layout, `like` its initial state (our programs: through their
 # checkpoint layout, `shardport.training.checkpoints.from_host_of`).
 OPTIONAL = ("from_host",)
+
+
+class JudgedProgram(Protocol):
+  """A program as `compare`'s engine runs and judges it: its one interface.
+
+  Our strategies (`shardport.strategies.strategy.Strategy`) and a team's
+  `Port` (`compare._src.port_runs.PortStrategy`) each describe themselves
+  so; neither inherits the other's assumptions (which run is the truth,
+  what the batches are, which metrics are judged). Each run's state is seen
+  only through its module's own view (`StrategyModule.to_host`,
+  `from_host`).
+  """
+
+  name: str
+  runs: tuple  # `strategy.RunSpec`s
+  pairs: tuple[tuple[str, str], ...]
+  truth: str
+  witness: str
+  port_runs: tuple[str, ...]
+  tolerances: dict
+  lockstep_multiple: float
+  lockstep_reason: str
+  calibration_multiple: float
+  judged_metrics: tuple[str, ...]
+  throughput_pair: tuple[str, str]
+  calibration_change: str
+  loss_convention: str
+  plot_members: bool
+  negative_controls: tuple
+
+  def active_runs(self, config: Any, n_devices: int) -> tuple[str, ...]:
+    """The runs that can run with `config` on `n_devices` devices."""
+
+  def why_skipped(self, config: Any, n_devices: int) -> str:
+    """Why the runs `active_runs` leaves out did not run."""
+
+  def calls_per_step(self, config: Any, run: str | None = None) -> int:
+    """Calls of run `run`'s step per optimiser step."""
+
+  def eval_every(self, config: Any, n_train: int) -> int:
+    """Steps between the runs' evaluations."""
+
+  def train_batches(self, config: Any, data: Any) -> Any:
+    """Every step's global host batch, in order."""
+
+  def timing_batches(self, config: Any, data: Any, count: int) -> list:
+    """`count` global host batches the timing windows cycle through."""
+
+  def test_batch(self, data: Any, n_devices: int) -> Any:
+    """The evaluation's host batch."""
+
+  def train_size(self, data: Any) -> int:
+    """Training examples (0 where the program brings its own batches)."""
+
+  def test_size(self, data: Any, n_devices: int) -> int | None:
+    """Test examples, for the accuracy's floor of one example (or None)."""
+
+  def calibrations(self) -> dict:
+    """The calibration runs: name -> what changes (`perturbations`)."""
+
+  def calibration_summary(self, count: int) -> str:
+    """What the calibration runs are, in one sentence."""
+
+  def lockstep_perturbation(self, t: int) -> Any:
+    """How the one-step band's step t changes the ground truth's."""
+
+  def summarize(self, sums: dict, config: Any) -> dict:
+    """The judged metrics from an evaluation's host sums."""
+
+  def control(self, name: str) -> Any:
+    """The negative control `--negative-control name` plants."""
+
+  def report_fields(self, config: Any) -> dict:
+    """Fields added to the report's top level."""
+
+  def run_fields(self, config: Any, name: str, state: State) -> dict:
+    """Fields added to one run's entry in the report."""
+
+  def report_lines(self, report: dict) -> list[str]:
+    """Printed lines only this program has."""
+
+
+# What the engine reads of a program (`JudgedProgram`): its attributes,
+# then its functions.
+JUDGED = (*JudgedProgram.__annotations__,
+          *(name for name in vars(JudgedProgram)
+            if not name.startswith("_")))

@@ -12,12 +12,12 @@ import dataclasses
 import importlib
 from typing import Any, ClassVar
 
+from shardport.strategies import negative_controls
 from shardport.strategies import perturbations
 from shardport.strategies.negative_controls import NegativeControl
 from shardport.strategies.program import Program
 from shardport.strategies.tolerances import Tolerance
 from shardport.workloads import batches
-from shardport.workloads import configs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,22 +145,7 @@ class Strategy(Program):
   def control(self, name: str) -> NegativeControl:
     """The negative control called `name` (`NAME:N` for one that starts at
     optimiser step N)."""
-    base, colon, step = name.partition(":")
-    for control in self.negative_controls:
-      if control.name != base:
-        continue
-      if control.at_step is None and not colon:
-        return control
-      if control.at_step is not None and step.isdigit() and int(step) >= 1:
-        return dataclasses.replace(control, name=name, step=int(step),
-                                   plant=control.at_step(int(step)))
-      raise configs.ConfigError(
-          f"--negative-control {base} takes "
-          + (f"a step: {base}:N with N >= 1" if control.at_step else
-             "no step") + f", got {name!r}")
-    raise configs.ConfigError(
-        f"unknown --negative-control {name!r} for {self.name}; choose one of "
-        f"{', '.join(c.name for c in self.negative_controls)}")
+    return negative_controls.chosen(self.negative_controls, name, self.name)
 
   # --- what it trains on, and how it is calibrated --------------------------
 
