@@ -301,3 +301,26 @@ def test_static_arguments_take_the_second_step(tmp_path, capsys):
   want = _script_output(source)
   assert want.count("\n") == 5
   assert _script_output(port) == want
+
+
+def test_an_axis_named_by_a_module_constant_takes_the_second_step(
+    tmp_path, capsys):
+  # Teams keep the axis in a constant beside their steps (`AXIS = "batch"`):
+  # read as its string, the step is taken and prints the original's numbers.
+  text = (INPUTS / "flax_style_train.py").read_text()
+  text = text.replace('axis_name="batch"', "axis_name=AXIS").replace(
+      "\nimport optax\n", '\nimport optax\n\nAXIS = "batch"\n', 1)
+  assert text.count("axis_name=AXIS") == 3
+  source, port = tmp_path / "team.py", tmp_path / "team_g.py"
+  source.write_text(text)
+  assert rewrite.main([str(source), "-o", str(port), "--global"]) == 0
+  assert "0 place(s) need a person" in capsys.readouterr().out
+  program = port.read_text().replace(rewrite_helpers.HELPERS, "")
+  assert not STACKED.findall(program), STACKED.findall(program)
+  assert _script_output(port) == _script_output(source)
+  # A name bound twice is no constant: refused, by line.
+  source.write_text(text.replace(
+      "p_train_step = jax.pmap(", "AXIS = 'other'\np_train_step = jax.pmap(",
+      1))
+  assert rewrite.main([str(source), "-o", str(port), "--global"]) == 1
+  assert "axis_name is an expression" in capsys.readouterr().out

@@ -18,7 +18,7 @@ step, the state placed once on the mesh. `check_vma=False` is how pmap
 runs: with it on, the gradient of a broadcast parameter (`in_axes=None`,
 `P()`) arrives summed over devices, and the program's own `pmean` leaves N
 times the gradient (the gradient trap). `static_broadcasted_argnums` become
-jit's `static_argnums`, bound into the step (`_pmap_static`).
+jit's `static_argnums` (`_pmap_static`).
 
 What it cannot rewrite safely it leaves as written, with a line saying why.
 """
@@ -27,6 +27,8 @@ import dataclasses
 
 import libcst as cst
 from libcst import metadata
+
+from compare._src import pmap_arguments
 
 # Collectives whose axis must be one a pmap of this file names.
 _COLLECTIVES = ("pmean", "psum", "pmax", "pmin", "all_gather", "axis_index",
@@ -112,31 +114,6 @@ def _is_partial(node) -> bool:
   return dotted(node) in ("functools.partial", "partial")
 
 
-def _axes_literal(node):
-  """0, None or a tuple of them as Python values; raises ValueError else."""
-  if isinstance(node, cst.Name) and node.value == "None":
-    return None
-  if isinstance(node, cst.Integer):
-    if node.evaluated_value != 0:
-      raise ValueError(f"an axis of {node.value}, not 0 or None")
-    return 0
-  if isinstance(node, (cst.Tuple, cst.List)):
-    return tuple(_axes_literal(e.value) for e in node.elements)
-  raise ValueError(f"`{cst.Module([]).code_for_node(node)}` is not a literal "
-                   "0, None or a tuple of them")
-
-
-def _argnums(node) -> tuple[int, ...]:
-  """A literal int or tuple of ints as a tuple; raises ValueError else."""
-  if isinstance(node, cst.Integer):
-    return (node.evaluated_value,)
-  if isinstance(node, (cst.Tuple, cst.List)) and all(
-      isinstance(e.value, cst.Integer) for e in node.elements):
-    return tuple(e.value.evaluated_value for e in node.elements)
-  raise ValueError(f"`{cst.Module([]).code_for_node(node)}` is not a literal "
-                   "int or tuple of ints")
-
-
 def _specs(axes, axis_code: str) -> str:
   if axes is None:
     return "jax.P()"
@@ -149,7 +126,8 @@ def _specs(axes, axis_code: str) -> str:
 class PmapRewriter(cst.CSTTransformer):
   """Rewrites every pmap it can; records a `Finding` for each."""
 
-  METADATA_DEPENDENCIES = (metadata.PositionProvider,)
+  METADATA_DEPENDENCIES = (metadata.PositionProvider,
+                           metadata.ScopeProvider)
 
   def __init__(self, aliases):
     super().__init__()
@@ -185,9 +163,7 @@ class PmapRewriter(cst.CSTTransformer):
       named[key] = arg.value
     axis = named.get("axis_name")
     if axis is not None:
-      # An expression: any collective may name it.
-      self.axes.add(axis.evaluated_value
-                    if isinstance(axis, cst.SimpleString) else "*")
+      self.axes.add(self._axis_value(axis))
     for key, why in _FOR_A_PERSON.items():
       if key in named:
         self.findings.append(Finding(line, "person", why))
@@ -208,8 +184,9 @@ class PmapRewriter(cst.CSTTransformer):
     axis = (self._code(named["axis_name"]) if "axis_name" in named
             else '"devices"')
     try:
-      in_axes = _axes_literal(named["in_axes"]) if "in_axes" in named else 0
-      out_axes = (_axes_literal(named["out_axes"]) if "out_axes" in named
+      literal = pmap_arguments.axes_literal
+      in_axes = literal(named["in_axes"]) if "in_axes" in named else 0
+      out_axes = (literal(named["out_axes"]) if "out_axes" in named
                   else 0)
     except ValueError as err:
       self.findings.append(Finding(line, "person", f"in_axes/out_axes: {err}"
@@ -218,7 +195,7 @@ class PmapRewriter(cst.CSTTransformer):
     static = ()
     if "static_broadcasted_argnums" in named:
       try:
-        static = _argnums(named["static_broadcasted_argnums"])
+        static = pmap_arguments.argnums(named["static_broadcasted_argnums"])
       except ValueError as err:
         self.findings.append(Finding(line, "person", (
             f"static_broadcasted_argnums: {err}; jit needs them here")))
@@ -287,8 +264,11 @@ class PmapRewriter(cst.CSTTransformer):
     for i, arg in enumerate(args):
       if (arg.keyword and arg.keyword.value == "axis_name") or (
           not arg.keyword and i == 1 and is_pmap(node.func, self.aliases)):
-        self.axes.add(arg.value.evaluated_value
-                      if isinstance(arg.value, cst.SimpleString) else "*")
+        self.axes.add(self._axis_value(arg.value))
+
+  def _axis_value(self, node) -> str:  # `pmap_arguments.axis_value`
+    return pmap_arguments.axis_value(node, self._strings, self.get_metadata(
+        metadata.ScopeProvider, node, None))
 
   def visit_Call(self, node):
     # A pmap inside a pmap is left whole: its inner pmap is not rewritten
@@ -351,6 +331,7 @@ class PmapRewriter(cst.CSTTransformer):
 
   def visit_Module(self, node):
     self._collective_axes = []
+    self._strings = pmap_arguments.module_strings(node)
     return True
 
   def leave_FunctionDef(self, original, updated):
