@@ -20,6 +20,14 @@ from compare._src.global_layouts_types import S
 from compare._src.global_layouts_types import StepLayout
 
 
+def _is_prefetch(node) -> bool:
+  """`prefetch_to_device(batches, n)`, its batches given first by position:
+  the global step places each batch it yields (`rewrite_global`)."""
+  return (isinstance(node, cst.Call) and rewrite_pmap.dotted(
+      node.func).endswith("prefetch_to_device") and bool(node.args)
+          and node.args[0].keyword is None and not node.args[0].star)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Assign:
   """A name bound at `end` (the statement's last line): `kind` is R, B, S,
@@ -132,7 +140,8 @@ class Reader(cst.CSTVisitor):
       source, target = source.args[0].value, target.elements[1].value
     if isinstance(source, cst.Name):
       self._allow(source, "biter")
-    kind = ("alias-iter", source) if isinstance(source, cst.Name) else S
+    kind = (("alias-iter", source) if isinstance(source, cst.Name) else
+            B if _is_prefetch(source) else S)
     for name in self._names(target):
       self._bind(name, line, line, kind)
 
@@ -184,14 +193,8 @@ class Reader(cst.CSTVisitor):
       self._allow(value.args[0].value, "biter")
     else:
       kind = S
-    if step and rewrite_pmap.dotted(value.func).endswith(
-        "prefetch_to_device"):
-      # Global batches only where the rewrite places them (of shard's).
-      source = value.args[0].value if value.args else None
-      kind = "biter" if (isinstance(source, cst.Call) and len(source.args)
-                         == 2 and rewrite_pmap.dotted(
-                             source.args[0].value).endswith(
-                                 "common_utils.shard")) else S
+    if _is_prefetch(value):
+      kind = "biter"  # the rewrite places each batch it yields
     self._bind(target.value, line, end, kind)
     return True
 
@@ -226,17 +229,11 @@ class Reader(cst.CSTVisitor):
       self._allow(node.args[0].value, "unreplicate", node)
     elif is_tree_index0(node):
       self._allow(node.args[1].value, "tree0", node)
-    elif name.endswith("prefetch_to_device"):
-      source = node.args[0].value if node.args else None
-      if not (isinstance(source, cst.Call) and rewrite_pmap.dotted(
-          source.func) == "map" and len(source.args) == 2
-              and rewrite_pmap.dotted(source.args[0].value).endswith(
-                  "common_utils.shard")):
-        self.blockers.append(Blocker(line, (
-            "prefetch_to_device of batches stacked elsewhere: remove the "
-            "[devices, ...] reshape where they are made, then place each "
-            "global batch with NamedSharding(mesh, P(axis)) "
-            "(docs/MIGRATION.md#prefetch)")))
+    elif name.endswith("prefetch_to_device") and not _is_prefetch(node):
+      self.blockers.append(Blocker(line, (
+          "prefetch_to_device's batches given by keyword or */**: place "
+          "each global batch with NamedSharding(mesh, P(axis)) by hand "
+          "(docs/MIGRATION.md#prefetch)")))
     return True
 
   def visit_Subscript(self, node):

@@ -96,19 +96,38 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
           f"P({self._axis}))): the global batch, split over the mesh, no "
           "reshape to [devices, ...]")))
       return self._placed(updated.args[0].value, B)
-    if name.endswith("prefetch_to_device"):
-      batches = global_idioms.code_of(updated.args[0].value.args[1].value)
-      self.findings.append(Finding(line, "changed", (
-          f"{name}(map(shard, ...)) -> each global batch placed with "
-          f"NamedSharding(mesh, P({self._axis})) as it is read")))
-      return cst.parse_expression(
-          f"(jax.device_put(_batch, jax.NamedSharding(_pmap_mesh("
-          f"{self._axis}), jax.P({self._axis}))) for _batch in {batches})")
+    if name.endswith("prefetch_to_device") and updated.args:
+      return self._prefetched(name, line, updated.args[0].value)
     if id(original) in self._replace:
       self.findings.append(Finding(line, "changed", (
           f"{name}(...) of a replicated value -> the value itself")))
       return self._inner(original)
     return super().leave_Call(original, updated)
+
+  def _prefetched(self, name, line, source):
+    """`prefetch_to_device(source, n)` as a generator of global batches:
+    `map(common_utils.shard, it)`'s `it` placed as it is; batches stacked
+    elsewhere (flax imagenet's `prepare_tf_data`) unstacked first, their
+    leading two axes merged, so each device holds pmap's rows."""
+    sharding = (f"jax.NamedSharding(_pmap_mesh({self._axis}), "
+                f"jax.P({self._axis}))")
+    if (isinstance(source, cst.Call) and rewrite_pmap.dotted(source.func)
+        == "map" and len(source.args) == 2 and rewrite_pmap.dotted(
+            source.args[0].value).endswith("common_utils.shard")):
+      self.findings.append(Finding(line, "changed", (
+          f"{name}(map(shard, ...)) -> each global batch placed with "
+          f"NamedSharding(mesh, P({self._axis})) as it is read")))
+      return cst.parse_expression(
+          f"(jax.device_put(_batch, {sharding}) for _batch in "
+          f"{global_idioms.code_of(source.args[1].value)})")
+    self.findings.append(Finding(line, "changed", (
+        f"{name}(...) of batches stacked [devices, b, ...] -> each batch "
+        f"merged to [devices * b, ...] (the same rows on each device) and "
+        f"placed with NamedSharding(mesh, P({self._axis})) as it is read")))
+    return cst.parse_expression(
+        "(jax.device_put(jax.tree.map(lambda _x: np.reshape(_x, (-1,) + "
+        f"np.shape(_x)[2:]), _batch), {sharding}) for _batch in "
+        f"{global_idioms.code_of(source)})")
 
   def leave_Subscript(self, original, updated):
     if id(original) in self._replace:
