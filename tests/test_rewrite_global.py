@@ -97,6 +97,13 @@ BLOCKED = {
                             "    s, m = p_step(s, b)\n",
                             "prefetch_to_device's batches given by keyword"),
     "never called": ("", "p_step is never called in this file"),
+    # The placement is written; where its value goes is not followed.
+    "inside a comprehension": ("def run(s, bs):\n"
+                               "  s = jax_utils.replicate(s)\n"
+                               "  for b in (common_utils.shard(x) "
+                               "for x in bs):\n"
+                               "    s, m = p_step(s, b)\n",
+                               "goes where its layout cannot be followed"),
     "read both ways": ("def run(s, b, log):\n"
                        "  s = jax_utils.replicate(s)\n"
                        "  b = common_utils.shard(b)\n"

@@ -75,6 +75,9 @@ class Reader(cst.CSTVisitor):
     self._allowed = set()
     self._mapped = set()  # ids of the functions pmap-building calls map
     self.containers = {}  # id(root Name) -> (unreplicate/[0] node, inner)
+    # Placement calls whose value the reading follows (a name bound to it,
+    # a step's argument, a for statement's batches), and every call seen.
+    self._followed, self._seen_calls = set(), []
 
   def _pos(self, node):
     return self.get_metadata(metadata.PositionProvider, node)
@@ -140,6 +143,7 @@ class Reader(cst.CSTVisitor):
       source, target = source.args[0].value, target.elements[1].value
     if isinstance(source, cst.Name):
       self._allow(source, "biter")
+    self._followed.add(id(source))
     kind = (("alias-iter", source) if isinstance(source, cst.Name) else
             B if _is_prefetch(source) else S)
     for name in self._names(target):
@@ -178,6 +182,7 @@ class Reader(cst.CSTVisitor):
       return True
     if not isinstance(target, cst.Name):
       return True
+    self._followed.add(id(value))
     if is_replicate_call(value):
       kind = R
     elif is_shard_call(value, self.splitters):
@@ -221,10 +226,12 @@ class Reader(cst.CSTVisitor):
     if self._builds_pmap(node) and node.args:
       # `f = jax.pmap(f, ...)`: the function mapped, not a step used.
       self._mapped.add(id(node.args[0].value))
+    self._seen_calls.append((line, node))
     if name in self.steps:
       self.calls.append((self._scope[-1], name, line, node))
       for arg in node.args:
         self._allow(arg.value, "step")
+        self._followed.add(id(arg.value))
     elif is_unreplicate_call(node):
       self._allow(node.args[0].value, "unreplicate", node)
     elif is_tree_index0(node):
@@ -235,6 +242,21 @@ class Reader(cst.CSTVisitor):
           "each global batch with NamedSharding(mesh, P(axis)) by hand "
           "(docs/MIGRATION.md#prefetch)")))
     return True
+
+  def leave_Module(self, original_node):
+    """A placement the global step writes whose value goes where this
+    reading does not follow (inside a comprehension, a container, another
+    call, a return) would reach a step laid out for pmap's stack."""
+    for line, node in self._seen_calls:
+      if id(node) in self._followed or not (
+          is_replicate_call(node) or is_shard_call(node, self.splitters)
+          or _is_prefetch(node)):
+        continue
+      self.blockers.append(Blocker(line, (
+          f"the value of {rewrite_pmap.dotted(node.func)}(...) goes where "
+          "its layout cannot be followed (inside an expression, a "
+          "comprehension or a return): bind it to a name first, or place "
+          "it by hand (docs/MIGRATION.md#idiom-map)")))
 
   def visit_Subscript(self, node):
     if is_index0(node):
