@@ -97,6 +97,14 @@ BLOCKED = {
                             "    s, m = p_step(s, b)\n",
                             "prefetch_to_device's batches given by keyword"),
     "never called": ("", "p_step is never called in this file"),
+    "returned, not bound": ("def batches_of(it):\n"
+                            "  it = jax_utils.prefetch_to_device(it, 2)\n"
+                            "  return it\n"
+                            "def run(s, it):\n"
+                            "  s = jax_utils.replicate(s)\n"
+                            "  for b in batches_of(it):\n"
+                            "    s, m = p_step(s, b)\n",
+                            "batches_of returns global batches"),
     # The placement is written; where its value goes is not followed.
     "inside a comprehension": ("def run(s, bs):\n"
                                "  s = jax_utils.replicate(s)\n"
@@ -350,7 +358,29 @@ PREFETCHED = {
         lambda x: x.reshape((n, -1) + x.shape[1:]), xs)
   it = map(prepare, batches(steps))
   it = jax_utils.prefetch_to_device(it, 2)
-  for step, batch in enumerate(it):"""}
+  for step, batch in enumerate(it):""",
+    # flax imagenet's whole input: `create_input_iter` returns the
+    # prefetched batches; the loop zips them with the step numbers, the
+    # evaluation takes one with next().
+    "returned by a function": """  train_iter = create_input_iter(steps)
+  eval_iter = create_input_iter(1)
+  eval_batch = next(eval_iter)
+  state, metrics = p_train_step(state, eval_batch)
+  print("eval", float(jax_utils.unreplicate(metrics)["loss"]))
+  for step, batch in zip(range(steps), train_iter):"""}
+_INPUT_ITER = """
+
+def create_input_iter(steps):
+  def prepare(xs):
+    n = jax.local_device_count()
+    return jax.tree_util.tree_map(
+        lambda x: x.reshape((n, -1) + x.shape[1:]), xs)
+  it = map(prepare, batches(steps))
+  it = jax_utils.prefetch_to_device(it, 2)
+  return it
+
+
+def main("""
 
 
 @pytest.mark.parametrize("case", sorted(PREFETCHED))
@@ -361,13 +391,14 @@ def test_prefetched_batches_become_global_batches(case, tmp_path, capsys):
   # The loss reads the batch's leading axis, as many do: a device handed
   # any other block of rows than pmap's prints other numbers.
   source.write_text(text.replace(_FLAX_LOOP, PREFETCHED[case]).replace(
-      'batch["y"]).mean()', 'batch["y"]).sum() / batch["x"].shape[0]'))
+      'batch["y"]).mean()', 'batch["y"]).sum() / batch["x"].shape[0]'
+  ).replace("\n\ndef main(", _INPUT_ITER if "create_input_iter" in
+            PREFETCHED[case] else "\n\ndef main(", 1))
   assert "shape[0]" in source.read_text()
   assert rewrite.main([str(source), "-o", str(port), "--global"]) == 0
   out = capsys.readouterr().out
   assert "0 place(s) need a person" in out
-  assert ("merged to [devices * b, ...]" in out) == (
-      case == "stacked elsewhere"), out
+  assert ("merged to [devices * b, ...]" in out) == (case != "inline"), out
   program = port.read_text().replace(rewrite_helpers.HELPERS, "")
   assert not STACKED.findall(program), STACKED.findall(program)
   assert _script_output(port) == _script_output(source)

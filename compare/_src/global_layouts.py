@@ -25,7 +25,10 @@ not written for the file.
 """
 
 
+import libcst as cst
+
 from compare._src import global_reader
+from compare._src import rewrite_pmap
 from compare._src.global_idioms import code_of
 from compare._src.global_idioms import is_replicate_call
 from compare._src.global_idioms import is_shard_call
@@ -92,7 +95,7 @@ class _Layouts:
     if kind[0] == "out":
       step = self.r.steps.get(kind[1])
       if step is None:
-        return S
+        return self._returned(kind[1], depth)
       outs = step.outs
       if outs is None:
         return S
@@ -196,6 +199,24 @@ class _Layouts:
         continue
       step.args = kinds
 
+  def _returned(self, function, depth):
+    """What a call of `function` holds: "biter" where it returns only
+    global batches (flax imagenet's `create_input_iter`), else S."""
+    returns = self.r.returns.get(function, [])
+    kinds = {self.kind(function, node.value, line, depth + 1)
+             if isinstance(node, cst.Name) else S for line, node in returns}
+    return "biter" if kinds == {"biter"} else S
+
+  def _returned_to_names(self, function, line):
+    """A function that returns global batches is called as `x = f(...)`
+    only, where the reading follows them."""
+    for at, call in self.r.seen_calls:
+      if (rewrite_pmap.dotted(call.func) == function
+          and id(call) not in self.r.assigned_calls):
+        self.blockers.append(Blocker(at, (
+            f"{function} returns global batches (line {line}): call it as "
+            f"`it = {function}(...)` so that they can be followed")))
+
   def check_reads(self):
     """Every read of a replicated value or a global batch is one the
     global layout keeps; the reads the rewrite drops (`unreplicate`,
@@ -208,7 +229,8 @@ class _Layouts:
         continue
       kind = self.kind(scope, name, line)
       allowed = {R: {"step", "unreplicate", "index0", "tree0", "alias"},
-                 B: {"step", "alias"}, "biter": {"biter"}}.get(kind)
+                 B: {"step", "alias"}, "biter": {"biter", "return"}
+                 }.get(kind)
       if allowed is None:
         continue
       if not hows & allowed:
@@ -220,6 +242,8 @@ class _Layouts:
                         "with next()"}[kind]
         self.blockers.append(Blocker(line, f"{name} is {why} "
                                      "(docs/MIGRATION.md#idiom-map)"))
+      elif kind == "biter" and "return" in hows:
+        self._returned_to_names(scope, line)
       elif kind == R and hows & {"unreplicate", "index0", "tree0"}:
         container, inner = self.r.containers[id(node)]
         self.r.replace[id(container)] = inner

@@ -77,7 +77,9 @@ class Reader(cst.CSTVisitor):
     self.containers = {}  # id(root Name) -> (unreplicate/[0] node, inner)
     # Placement calls whose value the reading follows (a name bound to it,
     # a step's argument, a for statement's batches), and every call seen.
-    self._followed, self._seen_calls = set(), []
+    self._followed, self.seen_calls = set(), []
+    self.returns = {}     # function -> [(line, returned node)]
+    self.assigned_calls = set()  # ids of the calls `name = f(...)` binds
 
   def _pos(self, node):
     return self.get_metadata(metadata.PositionProvider, node)
@@ -141,13 +143,32 @@ class Reader(cst.CSTVisitor):
         == "enumerate" and isinstance(target, cst.Tuple)
         and len(target.elements) == 2):
       source, target = source.args[0].value, target.elements[1].value
-    if isinstance(source, cst.Name):
-      self._allow(source, "biter")
-    self._followed.add(id(source))
-    kind = (("alias-iter", source) if isinstance(source, cst.Name) else
-            B if _is_prefetch(source) else S)
-    for name in self._names(target):
-      self._bind(name, line, line, kind)
+    if (isinstance(source, cst.Call) and rewrite_pmap.dotted(source.func)
+        == "zip" and isinstance(target, cst.Tuple) and len(
+            target.elements) == len(source.args) and not any(
+                a.star or a.keyword for a in source.args)):
+      # `for step, batch in zip(range(n), it)` (flax imagenet): each name
+      # from its own iterable.
+      pairs = [(e.value, a.value) for e, a in zip(target.elements,
+                                                  source.args)]
+    else:
+      pairs = [(target, source)]
+    for target, source in pairs:
+      if isinstance(source, cst.Name):
+        self._allow(source, "biter")
+      self._followed.add(id(source))
+      kind = (("alias-iter", source) if isinstance(source, cst.Name) else
+              B if _is_prefetch(source) else S)
+      for name in self._names(target):
+        self._bind(name, line, line, kind)
+
+  def visit_Return(self, node):
+    """A function's returned value: global batches it returns are read by
+    its callers (`global_layouts` follows them to each `x = f(...)`)."""
+    if self._scope[-1] != "<module>" and node.value is not None:
+      self.returns.setdefault(self._scope[-1], []).append(
+          (self._line(node), node.value))
+      self._allow(node.value, "return")
 
   def _names(self, target):
     if isinstance(target, cst.Name):
@@ -183,19 +204,20 @@ class Reader(cst.CSTVisitor):
     if not isinstance(target, cst.Name):
       return True
     self._followed.add(id(value))
+    if isinstance(value, cst.Call):
+      self.assigned_calls.add(id(value))
     if is_replicate_call(value):
       kind = R
     elif is_shard_call(value, self.splitters):
       kind = B
+    elif step == "next" and len(value.args) == 1:
+      kind = ("alias-iter", value.args[0].value)
+      self._allow(value.args[0].value, "biter")
     elif step:
       kind = ("out", step, None)
     elif self._root(value) is not None:
       kind = ("alias", value)
       self._allow(value, "alias")
-    elif (isinstance(value, cst.Call) and rewrite_pmap.dotted(value.func)
-          == "next" and len(value.args) == 1):
-      kind = ("alias-iter", value.args[0].value)
-      self._allow(value.args[0].value, "biter")
     else:
       kind = S
     if _is_prefetch(value):
@@ -226,7 +248,7 @@ class Reader(cst.CSTVisitor):
     if self._builds_pmap(node) and node.args:
       # `f = jax.pmap(f, ...)`: the function mapped, not a step used.
       self._mapped.add(id(node.args[0].value))
-    self._seen_calls.append((line, node))
+    self.seen_calls.append((line, node))
     if name in self.steps:
       self.calls.append((self._scope[-1], name, line, node))
       for arg in node.args:
@@ -247,7 +269,7 @@ class Reader(cst.CSTVisitor):
     """A placement the global step writes whose value goes where this
     reading does not follow (inside a comprehension, a container, another
     call, a return) would reach a step laid out for pmap's stack."""
-    for line, node in self._seen_calls:
+    for line, node in self.seen_calls:
       if id(node) in self._followed or not (
           is_replicate_call(node) or is_shard_call(node, self.splitters)
           or _is_prefetch(node)):
