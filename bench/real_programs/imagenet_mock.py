@@ -1,0 +1,88 @@
+"""flax's examples/imagenet, as written, on tfds mock data: every scalar.
+
+    python -m compare.rewrite FLAX/examples/imagenet/train.py \
+        -o /tmp/glob/train.py --global      # beside a copy of the example
+    python bench/real_programs/imagenet_mock.py FLAX/examples/imagenet
+    python bench/real_programs/imagenet_mock.py /tmp/glob
+
+Runs `train.train_and_evaluate` as the example's own `train_test.py` does
+(`tfds.testing.mock_data`), `_ResNet1`, global batch 16, 4 steps, on 8
+emulated CPU devices, and prints every scalar it wrote to tensorboard but
+`steps_per_second`. Needs tensorflow-cpu, tensorflow-datasets, clu and
+ml_collections beside jax (`bench/real_programs/run.py` says how). No
+ImageNet here: the split sizes the example reads are written to a
+metadata folder for the mock, 64 examples per split.
+
+Deterministic by two changes outside the example's code, the same for any
+program run so: tf's and numpy's seeds, and its random crop and flip (tf's
+stateful random ops in a parallel map, which no seed makes reproducible run
+to run) replaced by its center crop and no flip.
+"""
+
+import glob
+import os
+import sys
+import tempfile
+
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
+import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+EXAMPLES = 64
+
+
+def write_split_sizes(data_dir: str) -> None:
+  """imagenet2012's metadata with `EXAMPLES` per split, for the mock."""
+  builder = tfds.builder("imagenet2012", data_dir=data_dir)
+  builder.info.set_splits(tfds.core.SplitDict([
+      tfds.core.SplitInfo(
+          name=name, shard_lengths=[EXAMPLES], num_bytes=0,
+          filename_template=tfds.core.ShardedFileTemplate(
+              data_dir=builder.data_dir, dataset_name="imagenet2012",
+              split=name, filetype_suffix="tfrecord",
+              template="{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"))
+      for name in ("train", "validation")]))
+  os.makedirs(builder.data_dir, exist_ok=True)
+  builder.info.write_to_directory(builder.data_dir)
+
+
+def main(folder: str) -> None:
+  tf.config.set_visible_devices([], "GPU")
+  tf.random.set_seed(0)
+  np.random.seed(0)
+  sys.path.insert(0, os.path.abspath(folder))
+  os.chdir(folder)
+  import input_pipeline  # pylint: disable=g-import-not-at-top
+  import train  # pylint: disable=g-import-not-at-top
+  from configs import default  # pylint: disable=g-import-not-at-top
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
+  input_pipeline._decode_and_random_crop = (  # pylint: disable=protected-access
+      input_pipeline._decode_and_center_crop)  # pylint: disable=protected-access
+  tf.image.random_flip_left_right = lambda image, seed=None: image
+
+  config = default.get_config()
+  config.model, config.batch_size = "_ResNet1", 16
+  config.num_epochs, config.num_train_steps = 1, 4
+  config.steps_per_eval, config.log_every_steps = 2, 2
+  config.profile, config.shuffle_buffer_size, config.prefetch = False, 16, 1
+  data_dir, workdir = tempfile.mkdtemp(), tempfile.mkdtemp()
+  write_split_sizes(data_dir)
+  with tfds.testing.mock_data(num_examples=EXAMPLES, data_dir=data_dir):
+    train.train_and_evaluate(workdir=workdir, config=config)
+  for path in sorted(glob.glob(os.path.join(workdir, "**", "events.*"),
+                               recursive=True)):
+    events = event_accumulator.EventAccumulator(path,
+                                                size_guidance={"tensors": 0})
+    events.Reload()
+    for tag in sorted(events.Tags()["tensors"]):
+      if "steps_per_second" not in tag:
+        for event in events.Tensors(tag):
+          print(tag, event.step,
+                repr(float(tf.make_ndarray(event.tensor_proto))))
+
+
+if __name__ == "__main__":
+  main(sys.argv[1])
