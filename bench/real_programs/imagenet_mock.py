@@ -8,10 +8,11 @@
 Runs `train.train_and_evaluate` as the example's own `train_test.py` does
 (`tfds.testing.mock_data`), `_ResNet1`, global batch 16, 4 steps, on 8
 emulated CPU devices, and prints every scalar it wrote to tensorboard but
-`steps_per_second`. Needs tensorflow-cpu, tensorflow-datasets, clu and
-ml_collections beside jax (`bench/real_programs/run.py` says how). No
-ImageNet here: the split sizes the example reads are written to a
-metadata folder for the mock, 64 examples per split.
+`steps_per_second`. Run it with a Python that has tensorflow-cpu,
+tensorboard, tensorflow-datasets, clu and ml_collections beside jax (`pip
+install` each; CI does not, tensorflow is large). No ImageNet here: the
+split sizes the example reads are written to a metadata folder for the
+mock, 64 examples per split.
 
 Deterministic by two changes outside the example's code, the same for any
 program run so: tf's and numpy's seeds, and its random crop and flip (tf's
