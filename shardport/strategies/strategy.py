@@ -54,7 +54,7 @@ LOCKSTEP_REASON = (
     "band does not grow with the step; judged leaf by leaf, each against "
     "its own band (at least 1/10 of the largest leaf's), correct ports peak "
     "at 9.3x it (a 10-wide bias at that floor, at step 925 of 1000 on "
-    "digits; at most 6.0x in every other correct run of the verdict grid "
+    "digits; at most 6.7x in every other correct run of the verdict grid "
     "re-measured with per-leaf bands, both runtimes), while a 1% change of "
     "the update, or 0.2% of the gradient, "
     "is at least 860x it at its step (docs/measured/verdict_grid*.json, "
