@@ -393,7 +393,8 @@ def test_prefetched_batches_become_global_batches(case, tmp_path, capsys):
   source.write_text(text.replace(_FLAX_LOOP, PREFETCHED[case]).replace(
       'batch["y"]).mean()', 'batch["y"]).sum() / batch["x"].shape[0]'
   ).replace("\n\ndef main(", _INPUT_ITER if "create_input_iter" in
-            PREFETCHED[case] else "\n\ndef main(", 1))
+            PREFETCHED[case] else "\n\ndef main(", 1).replace(
+                "def main(steps=40)", "def main(steps=20)"))
   assert "shape[0]" in source.read_text()
   assert rewrite.main([str(source), "-o", str(port), "--global"]) == 0
   out = capsys.readouterr().out
