@@ -359,10 +359,8 @@ PREFETCHED = {
   it = map(prepare, batches(steps))
   it = jax_utils.prefetch_to_device(it, 2)
   for step, batch in enumerate(it):""",
-    # flax imagenet's whole input: `create_input_iter` returns the
-    # prefetched batches; the loop zips them with the step numbers, the
-    # evaluation takes one with next().
-    "returned by a function": """  train_iter = create_input_iter(steps)
+    "returned by a function": """  # flax imagenet's input, zip(), next()
+  train_iter = create_input_iter(steps)
   eval_iter = create_input_iter(1)
   eval_batch = next(eval_iter)
   state, metrics = p_train_step(state, eval_batch)
@@ -379,7 +377,6 @@ def create_input_iter(steps):
   it = jax_utils.prefetch_to_device(it, 2)
   return it
 
-
 def main("""
 
 
@@ -388,18 +385,16 @@ def test_prefetched_batches_become_global_batches(case, tmp_path, capsys):
   text = (INPUTS / "flax_style_train.py").read_text()
   assert _FLAX_LOOP in text
   source, port = tmp_path / "team.py", tmp_path / "team_g.py"
-  # The loss reads the batch's leading axis, as many do: a device handed
-  # any other block of rows than pmap's prints other numbers.
   source.write_text(text.replace(_FLAX_LOOP, PREFETCHED[case]).replace(
       'batch["y"]).mean()', 'batch["y"]).sum() / batch["x"].shape[0]'
   ).replace("\n\ndef main(", _INPUT_ITER if "create_input_iter" in
             PREFETCHED[case] else "\n\ndef main(", 1).replace(
                 "def main(steps=40)", "def main(steps=20)"))
-  assert "shape[0]" in source.read_text()
+  assert "shape[0]" in source.read_text()  # other rows, other numbers
   assert rewrite.main([str(source), "-o", str(port), "--global"]) == 0
   out = capsys.readouterr().out
-  assert "0 place(s) need a person" in out
-  assert ("merged to [devices * b, ...]" in out) == (case != "inline"), out
+  assert "0 place(s) need a person" in out and (
+      "merged to [devices * b, ...]" in out) == (case != "inline"), out
   program = port.read_text().replace(rewrite_helpers.HELPERS, "")
   assert not STACKED.findall(program), STACKED.findall(program)
   assert _script_output(port) == _script_output(source)
