@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 import os
 
+from compare._src import matmul_precision
 from compare._src import plots
 from compare._src import port as port_module
 from compare._src import report as report_module
@@ -158,13 +159,18 @@ def prove_strategy(strategy, config, data, n_devices: int, *, control=None,
   Returns:
     The `Proof`.
   """
+  import jax  # pylint: disable=g-import-not-at-top
   from compare._src import runner  # pylint: disable=g-import-not-at-top
   control = _control(strategy, control, config.steps)
-  result = runner.compare(strategy, config, data, n_devices, windows=windows,
-                          progress=progress, control=control,
-                          check_every=check_every, switch_at=switch_at)
+  precision, precision_fields = matmul_precision.for_proof(
+      jax.devices()[0].platform)
+  with precision:
+    result = runner.compare(strategy, config, data, n_devices,
+                            windows=windows, progress=progress,
+                            control=control, check_every=check_every,
+                            switch_at=switch_at)
   full = {**describe(strategy, config, n_devices, control, switch_at),
-          **strategy.report_fields(config), **result}
+          **precision_fields, **strategy.report_fields(config), **result}
   full["throughput_ratio_shard_map_vs_pmap"] = (
       report_module.throughput_ratio(full))
   return Proof(full, strategy)

@@ -278,6 +278,9 @@ def table(report: dict, strategy_lines: list[str] = ()) -> str:
   lines = [*summary(report), *textwrap.wrap(header(report), WIDTH,
                                             subsequent_indent="  "),
            *_runs_table(report)]
+  if report.get("matmul_precision_note"):
+    lines += textwrap.wrap(report["matmul_precision_note"], WIDTH,
+                           subsequent_indent="  ")
   if report.get("peak_gflops"):
     lines += textwrap.wrap(
         f"% peak: achieved GFLOP/s (cost analysis x steps/s) over the f32 "

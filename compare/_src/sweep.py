@@ -9,6 +9,7 @@ real accelerators.
 
 import os
 
+from compare._src import matmul_precision
 from compare._src import runner
 
 
@@ -37,13 +38,16 @@ def _point(report, n_devices):
 def run(strategy, config, data, device_counts, windows: int,
         control=None) -> dict:
   """Compares every run at each device count; the per-count results."""
-  points = [_point(runner.compare(strategy, config, data, n, windows=windows,
-                                  control=control), n)
-            for n in device_counts]
+  import jax  # pylint: disable=g-import-not-at-top
+  precision, fields = matmul_precision.for_proof(jax.devices()[0].platform)
+  with precision:
+    points = [_point(runner.compare(strategy, config, data, n,
+                                    windows=windows, control=control), n)
+              for n in device_counts]
   verdicts = {p["verdict"] for p in points}
   overall = ("diverged" if "diverged" in verdicts else
              "fail" if "fail" in verdicts else "pass")
-  return {"sweep": points, "verdict": overall}
+  return {"sweep": points, "verdict": overall, **fields}
 
 
 def other_collective_bytes(run: dict) -> int:
