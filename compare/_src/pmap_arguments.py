@@ -1,18 +1,36 @@
 """What the rewrite reads of a pmap's arguments, as Python values.
 
 The axis it names: a string literal, or a module-level name bound once to
-one (`AXIS = "batch"`, a constant teams keep beside their steps); any other
-expression is `"*"` (any collective may name it, and the global step cannot
+one (`AXIS = "batch"`, a constant teams keep beside their steps), or such a
+constant of a module it imports (`from mypkg import axes` ... `axes.BATCH`,
+or `from mypkg.axes import BATCH`), read from that module's source beside
+the file (nothing is imported or run); any other expression is `"*"` (any collective may name it, and the global step cannot
 write the mesh's axis by name). `in_axes`/`out_axes` and argnums: literals
 only.
 """
+
+import pathlib
 
 import libcst as cst
 from libcst import metadata
 
 
-def module_strings(module: cst.Module) -> dict[str, str]:
-  """`{NAME: value}` of the module's top-level `NAME = "..."` lines."""
+def module_strings(module: cst.Module, path: str | None = None
+                   ) -> dict[str, str]:
+  """`{NAME: value}` of the module's top-level `NAME = "..."` lines, and of
+  the string constants it imports from modules found beside `path`
+  (`{"alias.NAME": value}` for a module imported whole)."""
+  found = _own_strings(module)
+  for statement in module.body:
+    if not isinstance(statement, cst.SimpleStatementLine):
+      continue
+    for small in statement.body:
+      if isinstance(small, (cst.Import, cst.ImportFrom)):
+        found.update(_imported(small, path))
+  return found
+
+
+def _own_strings(module: cst.Module) -> dict[str, str]:
   found = {}
   for statement in module.body:
     if not isinstance(statement, cst.SimpleStatementLine):
@@ -22,6 +40,68 @@ def module_strings(module: cst.Module) -> dict[str, str]:
           and isinstance(small.targets[0].target, cst.Name)
           and isinstance(small.value, cst.SimpleString)):
         found[small.targets[0].target.value] = small.value.evaluated_value
+  return found
+
+
+def _dotted(node) -> str:
+  if isinstance(node, cst.Attribute):
+    return f"{_dotted(node.value)}.{node.attr.value}"
+  return node.value if isinstance(node, cst.Name) else ""
+
+
+def _source_of(dotted: str, level: int, path: str | None):
+  """The parsed module `dotted` (`level` dots up from `path`'s folder for a
+  relative import), from the first folder it is found in: `path`'s folder
+  and its parents, then the working directory. None if not found."""
+  here = pathlib.Path(path).resolve().parent if path and path != (
+      "<string>") else None
+  if level:
+    if here is None:
+      return None
+    roots = [here.parents[level - 2] if level > 1 else here]
+  else:
+    roots = ([here, *here.parents] if here else []) + [pathlib.Path.cwd()]
+  relative = pathlib.Path(*dotted.split(".")) if dotted else pathlib.Path()
+  for root in roots:
+    for candidate in (root / relative.with_suffix(".py"),
+                      root / relative / "__init__.py"):
+      if dotted and candidate.is_file():
+        try:
+          return cst.parse_module(candidate.read_text())
+        except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
+          return None
+  return None
+
+
+def _imported(statement, path) -> dict[str, str]:
+  """The string constants one import statement binds, by the name they are
+  read through."""
+  found = {}
+  if isinstance(statement, cst.Import):
+    for alias in statement.names:
+      if alias.asname is None:
+        continue  # `import a.b` is read as `a.b.NAME`: not followed
+      module = _source_of(_dotted(alias.name), 0, path)
+      if module is not None:
+        local = alias.asname.name.value
+        found.update({f"{local}.{name}": value
+                      for name, value in _own_strings(module).items()})
+    return found
+  if isinstance(statement.names, cst.ImportStar):
+    return found
+  base = _dotted(statement.module) if statement.module else ""
+  level = len(statement.relative)
+  whole = _source_of(base, level, path) if base else None
+  for alias in statement.names:
+    name = alias.name.value
+    local = alias.asname.name.value if alias.asname else name
+    if whole is not None and name in _own_strings(whole):
+      found[local] = _own_strings(whole)[name]  # from pkg.axes import BATCH
+      continue
+    module = _source_of(f"{base}.{name}" if base else name, level, path)
+    if module is not None:  # from pkg import axes
+      found.update({f"{local}.{key}": value
+                    for key, value in _own_strings(module).items()})
   return found
 
 
@@ -42,6 +122,14 @@ def axis_value(node, strings: dict[str, str], scope) -> str:
     if len(assignments) == 1 and isinstance(
         next(iter(assignments)).scope, metadata.GlobalScope):
       return strings[node.value]
+  if (isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name)
+      and scope is not None and _dotted(node) in strings
+      and node.value.value in scope):
+    # The module's name bound once, at module level (by its import).
+    assignments = scope[node.value.value]
+    if len(assignments) == 1 and isinstance(
+        next(iter(assignments)).scope, metadata.GlobalScope):
+      return strings[_dotted(node)]
   return "*"
 
 

@@ -125,7 +125,7 @@ def rewrite_source(source: str, path: str = "<string>") -> Rewrite:
     raise RewriteError(f"{path}: no jax.pmap found" + (
         " (it is the first step's output: --global takes the second)"
         if "_pmap_waited(" in source else ""))
-  rewriter = rewrite_pmap.PmapRewriter(aliases)
+  rewriter = rewrite_pmap.PmapRewriter(aliases, path)
   new = wrapper.visit(rewriter)
   findings = list(rewriter.findings)
   seen = {f.line for f in findings if f.kind in ("changed", "person")}

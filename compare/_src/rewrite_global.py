@@ -141,10 +141,10 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
     return self._replace[id(original)].deep_clone()
 
 
-def _axis_of(module, aliases, line) -> tuple[str | None, list]:
+def _axis_of(module, aliases, line, path) -> tuple[str | None, list]:
   """The one axis every pmap names (its source), or None with a blocker
   at `line` (the first pmap's)."""
-  reader = rewrite_pmap.PmapRewriter(aliases)
+  reader = rewrite_pmap.PmapRewriter(aliases, path)
   wrapper = metadata.MetadataWrapper(module)
   wrapper.visit(reader)
   axes = set(reader.axes)
@@ -188,8 +188,9 @@ def rewrite_global_source(source: str, path: str = "<string>"
   module = cst.parse_module(source)
   aliases = rewrite_file.pmap_aliases(module)
   axis, blockers = _axis_of(module, aliases,
-                            min((p.line for p in first.ports), default=1))
-  rewriter = rewrite_pmap.PmapRewriter(aliases)
+                            min((p.line for p in first.ports), default=1),
+                            path)
+  rewriter = rewrite_pmap.PmapRewriter(aliases, path)
   wrapper = metadata.MetadataWrapper(module)
   steps, replace, splitters, found = global_layouts.read(
       wrapper, rewriter.builds_pmap, rewriter.is_pmap_decorator)

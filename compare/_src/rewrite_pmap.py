@@ -129,9 +129,10 @@ class PmapRewriter(cst.CSTTransformer):
   METADATA_DEPENDENCIES = (metadata.PositionProvider,
                            metadata.ScopeProvider)
 
-  def __init__(self, aliases):
+  def __init__(self, aliases, path: str | None = None):
     super().__init__()
     self.aliases = aliases
+    self._path = path  # where imported axis constants are read from
     self.findings: list[Finding] = []
     self.axes: set[str] = set()
     self.changed = 0
@@ -331,7 +332,7 @@ class PmapRewriter(cst.CSTTransformer):
 
   def visit_Module(self, node):
     self._collective_axes = []
-    self._strings = pmap_arguments.module_strings(node)
+    self._strings = pmap_arguments.module_strings(node, self._path)
     return True
 
   def leave_FunctionDef(self, original, updated):
