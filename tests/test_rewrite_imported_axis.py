@@ -55,7 +55,8 @@ def test_an_imported_axis_constant_takes_the_second_step(form, tmp_path,
   assert not STACKED.findall(program), STACKED.findall(program)
   # The global batch placed on the axis the constant names.
   assert '_pmap_mesh("batch"), jax.P("batch")' in program
-  if form in ("module", "name as"):  # the numbers agree
+  if form == "module":  # the numbers agree (one run: the rest differ only in
+    # how the constant is read, which the program text above pins)
     assert _script_output(port) == _script_output(source)
 
 

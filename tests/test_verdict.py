@@ -244,10 +244,12 @@ def test_a_flip_no_pmap_run_shares_passes_and_a_mistake_there_fails(tmp_path):
   over = pair["max_ratio"] > pair["allowed_ratio"]
   assert pair["verdict"] == "close" and bool(pair["flip_steps"]) == over
   # Negative control: the port's update 1% off at that step only fails
-  # there, whatever the retakes show.
+  # there, whatever the retakes show (checked at every 17th step, 68 among
+  # them: the steps between cannot move the verdict at 68).
   path = tmp_path / "planted.json"
   assert cli.main(["--strategy", "ensemble_data", "--windows", "1",
-                   "--steps", "69", "--negative-control",
+                   "--steps", "69", "--check-every", "17",
+                   "--negative-control",
                    "update-1pct-at:68", "--json", str(path)]) == 1
   pair = _jit_pair(json.loads(path.read_text()))
   assert pair["first_fail_step"] == 68 and pair["flip_steps"] == []
