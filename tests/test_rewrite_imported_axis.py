@@ -1,10 +1,13 @@
-"""`--global` on a program whose axis name lives in another module.
+"""`--global` on the pmap arguments teams write: an axis name kept in
+another module, and `devices=`.
 
 Teams keep their axis names in a module of constants (`from mypkg import
 axes` ... `axis_name=axes.BATCH`, or `from mypkg.axes import BATCH`). The
 rewrite reads the constant from that module's source beside the program
 (`compare._src.pmap_arguments`), imports nothing, and takes the second
 step; where the name cannot be read as one string it refuses by line.
+A pmap over `devices=jax.local_devices()` maps over the devices the global
+step's mesh holds anyway; any other device list is refused.
 """
 
 import pathlib
@@ -81,3 +84,26 @@ def test_an_axis_it_cannot_read_is_refused_by_line(case, import_line, axis,
   out = capsys.readouterr().out
   assert "axis_name is an expression" in out
   assert f"{source}:" in out
+
+
+@pytest.mark.parametrize("devices, taken", [
+    ("jax.local_devices()", True),  # the mesh the global step builds anyway
+    ("jax.local_devices()[:4]", False),
+    ("jax.devices()", False)])
+def test_a_pmap_over_this_processs_devices_takes_the_second_step(
+    devices, taken, tmp_path, capsys):
+  text = (INPUTS / "flax_style_train.py").read_text()
+  pmap = 'jax.pmap(train_step, axis_name="batch"'
+  assert text.count(pmap) == 1
+  source = tmp_path / "train.py"
+  source.write_text(text.replace(pmap, f"{pmap}, devices={devices}"))
+  port = tmp_path / "train_global.py"
+  code = rewrite.main([str(source), "-o", str(port), "--global"])
+  out = capsys.readouterr().out
+  if not taken:
+    assert code == 1 and "pmap over given devices" in out, out
+    return
+  assert code == 0 and "0 place(s) need a person" in out, out
+  program = port.read_text().replace(rewrite_helpers.HELPERS, "")
+  assert not STACKED.findall(program), STACKED.findall(program)
+  assert _script_output(port) == _script_output(source)
