@@ -7,11 +7,10 @@ moves the step. That holds only where matmuls compute in float32. On a GPU
 precision rounds each matmul's inputs far coarser than an ulp: most nudges
 vanish before they reach a product, the band comes out too narrow, and two
 correct programs whose compilers chose different kernels differ by more
-than it. Measured on one H100 (jax 0.11.2, 100 steps, digits): at the
-default precision accumulation failed at step 1 (18.9x its band) and at
-step 4 (24.2x) in two runs, fsdp at step 19 (34.1x) in one of two; with
-`jax_default_matmul_precision="highest"` all of data_parallel, fsdp and
-accumulation passed at 1.74x or less. So a proof on an accelerator runs its
+than it. Measured on one H100 (docs/jax-facts.md, Equivalence): at the
+default precision correct ports failed at 18.9x-34.1x their band; with
+`jax_default_matmul_precision="highest"` they passed at 2.3x or less.
+So a proof on an accelerator runs its
 matmuls at "highest" unless the team chose a precision themselves; XLA:CPU
 computes float32 matmuls in float32 already, and is left as it is.
 """
