@@ -19,8 +19,7 @@ import contextlib
 
 PROOF_PRECISION = "highest"
 # Precisions at which float32 matmuls keep float32 inputs.
-FLOAT32_PRECISIONS = ("highest", "float32", "tensorfloat32x3",
-                      "F32_F32_F32")
+FLOAT32_PRECISIONS = ("highest", "float32")
 
 
 def chosen() -> str | None:

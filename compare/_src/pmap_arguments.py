@@ -92,11 +92,12 @@ def _imported(statement, path) -> dict[str, str]:
   base = _dotted(statement.module) if statement.module else ""
   level = len(statement.relative)
   whole = _source_of(base, level, path) if base else None
+  constants = _own_strings(whole) if whole is not None else {}
   for alias in statement.names:
     name = alias.name.value
     local = alias.asname.name.value if alias.asname else name
-    if whole is not None and name in _own_strings(whole):
-      found[local] = _own_strings(whole)[name]  # from pkg.axes import BATCH
+    if name in constants:
+      found[local] = constants[name]  # from pkg.axes import BATCH
       continue
     module = _source_of(f"{base}.{name}" if base else name, level, path)
     if module is not None:  # from pkg import axes
