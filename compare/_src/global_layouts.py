@@ -74,21 +74,26 @@ class _Layouts:
     loops = [l for l in self.r.loops.get(scope, ()) if l[0] <= line <= l[1]]
     return max(loops, default=None)
 
-  def kind(self, scope, name, line, depth=0):
+  def kind(self, scope, name, line, depth=0, strict=True):
     """R, B, S, "biter", CONFLICT (a `Blocker` added), or None (cannot
-    tell: a parameter or unbound)."""
+    tell: a parameter or unbound). Not `strict` (a read that is no step's
+    argument), values of no layout the global step changes may mix: the
+    read sees what it saw before (`predict`'s `activations`, the inputs and
+    then each layer's output)."""
     scope, bindings = self.reaching(scope, name, line)
     if not bindings or depth > 8:
       return None
-    kinds = {self._of(scope, a, depth) for a in bindings}
+    kinds = {self._of(scope, a, depth, strict) for a in bindings}
     if len(kinds) == 1:
       return kinds.pop()
+    if not strict and not kinds & {R, B, "biter", CONFLICT}:
+      return None
     self.blockers.append(Blocker(line, (
         f"{name} holds values of different layouts here (bound at lines "
         f"{sorted({a.line for a in bindings})}): place them alike by hand")))
     return CONFLICT
 
-  def _of(self, scope, assign, depth):
+  def _of(self, scope, assign, depth, strict=True):
     kind = assign.kind
     if isinstance(kind, str):
       return kind
@@ -106,7 +111,7 @@ class _Layouts:
     root = self.r._root(kind[1])  # pylint: disable=protected-access
     if root is None:
       return S
-    found = self.kind(scope, root.value, assign.line, depth + 1)
+    found = self.kind(scope, root.value, assign.line, depth + 1, strict)
     if kind[0] == "alias-iter":
       return B if found == "biter" else (None if found == B else S)
     return found
@@ -227,7 +232,7 @@ class _Layouts:
     for scope, name, line, hows, node in self.r.reads:
       if name not in names or name in self.r.steps:
         continue
-      kind = self.kind(scope, name, line)
+      kind = self.kind(scope, name, line, strict=False)
       allowed = {R: {"step", "unreplicate", "index0", "tree0", "alias"},
                  B: {"step", "alias"}, "biter": {"biter", "return"}
                  }.get(kind)

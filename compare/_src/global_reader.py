@@ -53,6 +53,17 @@ def _static(args) -> tuple[int, ...]:
   return ()
 
 
+def _target_names(target):
+  """The names a for target binds (`x`, `(x, y)`, `[x, *rest]`)."""
+  if isinstance(target, cst.Name):
+    return [target]
+  if isinstance(target, (cst.Tuple, cst.List)):
+    return [n for e in target.elements for n in _target_names(e.value)]
+  if isinstance(target, cst.StarredElement):
+    return _target_names(target.value)
+  return []
+
+
 class Reader(cst.CSTVisitor):
   """Collects the steps, their calls, every binding and every read."""
 
@@ -72,6 +83,7 @@ class Reader(cst.CSTVisitor):
     self.replace = {}     # id(original node) -> ("kind", ...) for the writer
     self.blockers: list[Blocker] = []
     self._scope = ["<module>"]
+    self._own = []  # the names each enclosing lambda/comprehension binds
     self._allowed = set()
     self._mapped = set()  # ids of the functions pmap-building calls map
     self.containers = {}  # id(root Name) -> (unreplicate/[0] node, inner)
@@ -126,6 +138,32 @@ class Reader(cst.CSTVisitor):
 
   def leave_FunctionDef(self, node):
     self._scope.pop()
+
+  # A lambda's parameters and a comprehension's targets are its own: a
+  # `lambda w, x: w * x` mapped by pmap reads no `w` of the function around.
+  def visit_Lambda(self, node):
+    self._own.append({p.name.value for p in (
+        *node.params.params, *node.params.kwonly_params,
+        *node.params.posonly_params)})
+
+  def leave_Lambda(self, node):
+    self._own.pop()
+
+  def _comprehension(self, node):
+    names, loop = set(), node.for_in
+    while loop is not None:
+      names |= {n.value for n in _target_names(loop.target)}
+      loop = loop.inner_for_in
+    self._own.append(names)
+
+  visit_ListComp = visit_SetComp = visit_DictComp = _comprehension
+  visit_GeneratorExp = _comprehension
+
+  def _left_comprehension(self, node):
+    self._own.pop()
+
+  leave_ListComp = leave_SetComp = leave_DictComp = _left_comprehension
+  leave_GeneratorExp = _left_comprehension
 
   def _loop(self, node):
     pos = self._pos(node)
@@ -288,7 +326,8 @@ class Reader(cst.CSTVisitor):
   def visit_Name(self, node):
     context = self.get_metadata(metadata.ExpressionContextProvider, node,
                                 None)
-    if context != metadata.ExpressionContext.LOAD:
+    if context != metadata.ExpressionContext.LOAD or any(
+        node.value in own for own in self._own):
       return
     hows = {how for key, how in self._allowed if key == id(node)}
     if node.value in self.steps and id(node) not in self._mapped and not any(

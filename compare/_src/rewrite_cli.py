@@ -167,8 +167,9 @@ def _load_port(spec: str):
     raise RewriteError(str(err).replace("--program", "--prove")) from None
 
 
-def report_lines(results) -> list[str]:
-  """The report: one line per finding, by file and line, then the counts."""
+def report_lines(results, global_step: bool = False) -> list[str]:
+  """The report: one line per finding, by file and line, then the counts
+  (with `global_step`, no pointer to the step it already asked for)."""
   lines, counts = [], {kind: 0 for kind in _KIND}
   pmaps = placed = 0
   for source, target, rewrite in results:
@@ -184,11 +185,17 @@ def report_lines(results) -> list[str]:
           placed += 1
       lines.append(f"  {source}:{finding.line}: {_KIND[finding.kind]}: "
                    f"{finding.text}")
-  if placed:
-    lines.append(f"{pmaps} pmap(s) rewritten to global arrays, {placed} "
+  # A file the second step could not take holds the first step.
+  first_only = sum(1 for _, _, rewrite in results if rewrite and any(
+      f.kind == "person" and "global step" in f.text
+      for f in rewrite.findings))
+  if placed or global_step:
+    where = (f"({first_only} file(s) the first step only: the places "
+             "above)" if first_only else "to global arrays")
+    lines.append(f"{pmaps} pmap(s) rewritten {where}, {placed} "
                  f"call site(s) moved to global arrays, {counts['person']} "
                  f"place(s) need a person, {counts['kept']} call site(s) "
-                 "keep pmap's stacked layout (values the program reads per "
+                 "keep pmap's stacked layout (values made or read per "
                  "device)")
     return lines
   lines.append(f"{pmaps} pmap(s) rewritten, {counts['person']} "
@@ -219,7 +226,7 @@ def main(argv=None) -> int:
   except RewriteError as err:
     print(f"compare.rewrite: {err}", file=sys.stderr)
     return EXIT_USAGE
-  lines = report_lines(results)
+  lines = report_lines(results, args.global_step)
   print("\n".join(lines))
   if args.report:
     pathlib.Path(args.report).write_text("\n".join(lines) + "\n",

@@ -57,6 +57,14 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
              else (in_axes,) * len(step.args))
     kinds = [None if axis_in is None else kind
              for axis_in, kind in zip(given, step.args)]
+    stacked = [str(i) for i, k in enumerate(kinds) if k == global_layouts.S]
+    if stacked:
+      self.findings.append(Finding(line, "kept", (
+          f"{step.name}'s argument(s) {', '.join(stacked)} keep pmap's "
+          "stacked layout [devices, ...]: made by no replicate, shard or "
+          "prefetch_to_device the second step knows (a key per device stays "
+          "so; a state or batch stacked by hand is placed by hand: "
+          "docs/MIGRATION.md#idiom-map)")))
     in_axes = tuple(None if k in (R, B, None) else 0 for k in kinds)
     in_code = "(" + ", ".join(
         "jax.P()" if k in (R, None) else f"jax.P({axis})" for k in kinds
@@ -147,16 +155,17 @@ def _axis_of(module, aliases, line, path) -> tuple[str | None, list]:
   reader = rewrite_pmap.PmapRewriter(aliases, path)
   wrapper = metadata.MetadataWrapper(module)
   wrapper.visit(reader)
-  axes = set(reader.axes)
+  axes = set(reader.axes) | ({"devices"} if reader.unnamed else set())
   if "*" in axes:
     return None, [global_layouts.Blocker(line, (
         "a pmap's axis_name is an expression, not a string: the global "
         "step writes the mesh's axis by name; give it the name"))]
   if len(axes) != 1:
     return None, [global_layouts.Blocker(line, (
-        f"the pmaps name {len(axes)} axes ({sorted(axes)}): the global step "
-        "takes one 1-D mesh; a 2-D mesh is written by hand "
-        "(docs/MIGRATION.md#nested-pmap)"))]
+        f"the pmaps name {len(axes)} axes ({sorted(axes)}"
+        + ("; 'devices' is a pmap's that names none" if reader.unnamed
+           else "") + "): the global step takes one 1-D mesh; a 2-D mesh is "
+        "written by hand (docs/MIGRATION.md#nested-pmap)"))]
   return f"\"{next(iter(axes))}\"", []
 
 

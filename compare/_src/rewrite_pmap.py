@@ -135,6 +135,9 @@ class PmapRewriter(cst.CSTTransformer):
     self._path = path  # where imported axis constants are read from
     self.findings: list[Finding] = []
     self.axes: set[str] = set()
+    # A pmap naming no axis is written over "devices" (no collective of
+    # the original can name it): the global step's one axis then.
+    self.unnamed = False
     self.changed = 0
     self.uses_static = False
     self._decorated: list[tuple[str, str]] = []
@@ -184,6 +187,7 @@ class PmapRewriter(cst.CSTTransformer):
     """The jit(shard_map(...)) source for pmap(fun, **named), or None."""
     axis = (self._code(named["axis_name"]) if "axis_name" in named
             else '"devices"')
+    self.unnamed |= "axis_name" not in named
     try:
       literal = pmap_arguments.axes_literal
       in_axes = literal(named["in_axes"]) if "in_axes" in named else 0

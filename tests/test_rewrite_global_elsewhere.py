@@ -1,0 +1,141 @@
+"""`--global` on pmap programs written elsewhere: the pmap docs' forms and
+JAX's own SPMD MNIST example.
+
+`jax.pmap(lambda w, x: w * x ** 2)`: a pmap that names no axis (it runs no
+collective), whose lambda's parameter has the name of a replicated value
+of the code around it. The first step writes such a pmap over "devices";
+the second takes that as the mesh's one axis. A lambda's parameters and a
+comprehension's targets are its own names: reading them is not reading
+the replicated value outside (before, both were refused: "the pmaps name
+0 axes" and "w is placed once on the mesh now").
+
+JAX's examples/spmd_mnist_classifier_fromscratch.py (its last pmap
+version) replicates with `np.broadcast_to` and stacks its batches in a
+generator, forms the second step does not know: its step keeps pmap's
+stacked layout, and the report says so (it was refused for a name bound
+twice in `predict`, which no step reads, and then said "0 call site(s)
+keep pmap's stacked layout").
+"""
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+from compare import rewrite
+from compare._src import rewrite_global
+from compare._src import rewrite_helpers
+from tests.test_rewrite import _script_output  # pylint: disable=g-bad-import-order
+from tests.test_rewrite_global import STACKED  # pylint: disable=g-bad-import-order
+
+INPUTS = pathlib.Path(__file__).resolve().parent / "rewrite_inputs"
+MNIST = '''"""jax's examples/datasets.py stand-in: `mnist()` in its format (flat
+float32 images in [0, 1], one-hot float32 labels), synthetic, offline."""
+import numpy as np
+
+
+def mnist():
+  rng = np.random.RandomState(0)
+  def split(n):
+    images = rng.rand(n, 784).astype(np.float32)
+    return images, np.eye(10, dtype=np.float32)[rng.randint(0, 10, n)]
+  return (*split(512), *split(256))
+'''
+
+NO_AXIS = '''"""The pmap docs' first example, with a replicated weight."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import jax_utils
+
+n = jax.local_device_count()
+w = jax_utils.replicate(jnp.float32(2.0))
+square = jax.pmap(lambda w, x: w * x ** 2)
+x = np.arange(2.0 * n, dtype=np.float32).reshape(n, 2)
+for step in range(3):
+  x = square(w, x) / 100.0
+print([float(v) for v in np.asarray(x).ravel()])
+print(float(jax_utils.unreplicate(w)))
+'''
+
+
+def test_a_pmap_naming_no_axis_and_a_lambda_parameter_take_the_step(
+    tmp_path, capsys):
+  source, port = tmp_path / "square.py", tmp_path / "square_global.py"
+  source.write_text(NO_AXIS)
+  code = rewrite.main([str(source), "-o", str(port), "--global"])
+  out = capsys.readouterr().out
+  assert code == 0, out
+  assert "0 place(s) need a person" in out
+  program = port.read_text().replace(rewrite_helpers.HELPERS, "")
+  assert 'jax.NamedSharding(_pmap_mesh("devices"), jax.P())' in program
+  assert "in_specs=((jax.P(), jax.P(\"devices\")), jax.P(\"devices\"))" in (
+      program)
+  assert not STACKED.findall(program), STACKED.findall(program)
+  printed = _script_output(port)
+  assert printed == _script_output(source)
+  assert len(printed.splitlines()) == 2
+
+
+def test_a_comprehension_target_is_its_own_name():
+  source = NO_AXIS.replace(
+      "print(float(jax_utils.unreplicate(w)))",
+      "print([w * 2 for w in range(3)], float(jax_utils.unreplicate(w)))")
+  both = rewrite_global.rewrite_global_source(source)
+  assert not [f for f in both.findings if f.kind == "person"], both.findings
+  assert "jax.P())" in both.code and "jax_utils.replicate(" not in both.code
+
+
+def test_a_read_of_the_replicated_value_itself_is_still_refused():
+  # The negative control: `w` outside the lambda, read per device.
+  source = NO_AXIS.replace("print(float(jax_utils.unreplicate(w)))",
+                           "print(w.shape)")
+  both = rewrite_global.rewrite_global_source(source)
+  person = [f.text for f in both.findings if f.kind == "person"]
+  assert any("w is placed once on the mesh now" in t for t in person), person
+
+
+def test_a_named_and_an_unnamed_pmap_are_two_axes():
+  source = NO_AXIS.replace(
+      "for step in range(3):",
+      "mean = jax.pmap(lambda v: jax.lax.pmean(v, 'batch'), 'batch')\n"
+      "for step in range(3):")
+  both = rewrite_global.rewrite_global_source(source)
+  person = [f.text for f in both.findings if f.kind == "person"]
+  assert any(re.search(r"2 axes \(\['batch', 'devices'\]; 'devices' is a "
+                       r"pmap.s that names none\)", t) for t in person), person
+
+
+def _accuracies(script, cwd):
+  """The accuracies the example prints (its epoch times left out)."""
+  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+         "JAX_PLATFORMS": "cpu"}
+  env.pop("PYTHONPATH", None)
+  done = subprocess.run([sys.executable, str(script)], cwd=cwd, env=env,
+                        capture_output=True, text=True, timeout=300,
+                        check=False)
+  assert done.returncode == 0, done.stderr[-2000:]
+  return [l for l in done.stdout.splitlines() if "accuracy" in l]
+
+
+def test_jax_spmd_mnist_keeps_its_stacked_step_and_says_so(tmp_path, capsys):
+  (tmp_path / "examples").mkdir()
+  (tmp_path / "examples" / "__init__.py").write_text("")
+  (tmp_path / "examples" / "datasets.py").write_text(MNIST)
+  source = tmp_path / "spmd_mnist.py"
+  shutil.copy(INPUTS / "jax_spmd_mnist.py", source)
+  port = tmp_path / "spmd_mnist_port.py"
+  code = rewrite.main([str(source), "-o", str(port), "--global"])
+  out = capsys.readouterr().out
+  assert code == 0, out
+  assert re.search(r"spmd_mnist\.py:104: kept: spmd_update's argument\(s\) "
+                   r"0, 1 keep pmap's stacked layout", out), out
+  assert ("1 pmap(s) rewritten to global arrays, 0 call site(s) moved to "
+          "global arrays, 0 place(s) need a person, 1 call site(s) keep "
+          "pmap's stacked layout") in out
+  assert "--global;" not in out  # no pointer to the step it asked for
+  printed = _accuracies(port, tmp_path)
+  assert len(printed) == 20  # train and test, 10 epochs
+  assert printed == _accuracies(source, tmp_path)
