@@ -139,3 +139,45 @@ def test_jax_spmd_mnist_keeps_its_stacked_step_and_says_so(tmp_path, capsys):
   printed = _accuracies(port, tmp_path)
   assert len(printed) == 20  # train and test, 10 epochs
   assert printed == _accuracies(source, tmp_path)
+
+
+# transformers' flax examples (run_clm_flax.py and its siblings): the state's
+# own `replicate` method copies the state and splits its dropout key.
+HF_STATE = '''
+import jax
+import jax.numpy as jnp
+from flax import jax_utils
+from flax.training import train_state
+from flax.training.common_utils import shard, shard_prng_key
+
+
+class TrainState(train_state.TrainState):
+  dropout_rng: jnp.ndarray
+
+  def replicate(self):
+    return jax_utils.replicate(self).replace(
+        dropout_rng=shard_prng_key(self.dropout_rng))
+
+
+def train(state, loader, steps):
+  p_train_step = jax.pmap(lambda s, b: (s, jax.lax.pmean(b, "batch")),
+                          "batch", donate_argnums=(0,))
+  state = state.replicate()
+  for _ in range(steps):
+    batch = shard(next(loader))
+    state, metrics = p_train_step(state, batch)
+  return state
+'''
+
+
+def test_a_replicate_method_of_the_programs_own_is_left_to_a_person():
+  # Placing it with P() would give every device one dropout key.
+  first = rewrite.rewrite_source(HF_STATE)
+  kept = [f.text for f in first.findings if f.line == 20]
+  assert kept and "a replicate of the program's own" in kept[0], kept
+  assert "place it once" not in kept[0]
+  both = rewrite_global.rewrite_global_source(HF_STATE)
+  person = [(f.line, f.text) for f in both.findings if f.kind == "person"]
+  assert any(line == 20 and "state.replicate(...): a replicate of the "
+             "program's own" in text for line, text in person), person
+  assert "jax.device_put(" not in both.code

@@ -296,6 +296,9 @@ class Reader(cst.CSTVisitor):
       self._allow(node.args[0].value, "unreplicate", node)
     elif is_tree_index0(node):
       self._allow(node.args[1].value, "tree0", node)
+    elif name.endswith(".replicate") and not is_replicate_call(node):
+      self.blockers.append(Blocker(line, (
+          f"{name}(...): " + rewrite_pmap.OWN_REPLICATE)))
     elif name.endswith("prefetch_to_device") and not _is_prefetch(node):
       self.blockers.append(Blocker(line, (
           "prefetch_to_device's batches given by keyword or */**: place "

@@ -102,6 +102,21 @@ def is_pmap(node, aliases) -> bool:
   return name in aliases or name == "jax.pmap"
 
 
+# A `replicate` of the program's own may copy some fields and split others
+# (transformers' flax examples: `TrainState.replicate` splits the dropout key
+# per device with `shard_prng_key`), so no one placement is advised.
+OWN_REPLICATE = ("a replicate of the program's own (transformers' "
+                 "TrainState.replicate also splits the dropout key per "
+                 "device): place what it copies with P() and what it splits "
+                 "with P(axis) (docs/MIGRATION.md#idiom-map)")
+
+
+def is_flax_replicate(name: str) -> bool:
+  """`flax.jax_utils.replicate`, as imported (`jax_utils.replicate`, or
+  `replicate` from `flax.jax_utils`)."""
+  return name == "replicate" or name.endswith("jax_utils.replicate")
+
+
 def _stacked_call(name: str, tail: str) -> bool:
   """Whether a call keeps pmap's stacked layout (a `shard` only as
   flax's `common_utils.shard`: a team's own `shard` may be anything)."""
@@ -322,8 +337,9 @@ class PmapRewriter(cst.CSTTransformer):
           "nnx.shard_map or eqx.filter_shard_map by hand (the guide's "
           "examples/nnx_mlp and examples/equinox_mlp)")))
     if _stacked_call(name, tail):
-      self.findings.append(Finding(line, "kept", f"{name}(...): "
-                                   + _STACKED_CALLS[tail]))
+      self.findings.append(Finding(line, "kept", f"{name}(...): " + (
+          OWN_REPLICATE if tail == "replicate" and not is_flax_replicate(name)
+          else _STACKED_CALLS[tail])))
     return updated
 
   def _collective(self, call, tail, line):
