@@ -10,11 +10,12 @@ the replicated value outside (before, both were refused: "the pmaps name
 0 axes" and "w is placed once on the mesh now").
 
 JAX's examples/spmd_mnist_classifier_fromscratch.py (its last pmap
-version) replicates with `np.broadcast_to` and stacks its batches in a
-generator, forms the second step does not know: its step keeps pmap's
-stacked layout, and the report says so (it was refused for a name bound
-twice in `predict`, which no step reads, and then said "0 call site(s)
-keep pmap's stacked layout").
+version) replicates with `tree_map(replicate_array, ...)`, `replicate_array`
+a lambda of `np.broadcast_to`, reads the params back with `tree_map(lambda
+x: x[0], ...)`, and stacks its batches in a generator: the params go to
+P(), the step's one output too, the batches stay stacked and the report
+says so (before, it was refused for a name bound twice in `predict`, which
+no step reads).
 """
 
 import os
@@ -24,7 +25,10 @@ import shutil
 import subprocess
 import sys
 
+import libcst
+
 from compare import rewrite
+from compare._src import global_idioms
 from compare._src import rewrite_global
 from compare._src import rewrite_helpers
 from tests.test_rewrite import _script_output  # pylint: disable=g-bad-import-order
@@ -120,7 +124,7 @@ def _accuracies(script, cwd):
   return [l for l in done.stdout.splitlines() if "accuracy" in l]
 
 
-def test_jax_spmd_mnist_keeps_its_stacked_step_and_says_so(tmp_path, capsys):
+def test_jax_spmd_mnist_goes_global_but_its_batches(tmp_path, capsys):
   (tmp_path / "examples").mkdir()
   (tmp_path / "examples" / "__init__.py").write_text("")
   (tmp_path / "examples" / "datasets.py").write_text(MNIST)
@@ -130,15 +134,57 @@ def test_jax_spmd_mnist_keeps_its_stacked_step_and_says_so(tmp_path, capsys):
   code = rewrite.main([str(source), "-o", str(port), "--global"])
   out = capsys.readouterr().out
   assert code == 0, out
+  # The params: `tree_map(replicate_array, ...)` placed with P(), the
+  # step's one output fed back and read with `tree_map(lambda x: x[0], ...)`
+  # declared P(); the batches, stacked in a generator, stay stacked.
   assert re.search(r"spmd_mnist\.py:104: kept: spmd_update's argument\(s\) "
-                   r"0, 1 keep pmap's stacked layout", out), out
-  assert ("1 pmap(s) rewritten to global arrays, 0 call site(s) moved to "
+                   r"1 keep pmap's stacked layout", out), out
+  assert "in_specs (jax.P(), jax.P('batch')), out_specs jax.P()," in out
+  assert ("1 pmap(s) rewritten to global arrays, 2 call site(s) moved to "
           "global arrays, 0 place(s) need a person, 1 call site(s) keep "
           "pmap's stacked layout") in out
   assert "--global;" not in out  # no pointer to the step it asked for
+  program = port.read_text().replace(rewrite_helpers.HELPERS, "")
+  assert "tree_map(replicate_array" not in program
+  assert not STACKED.findall(program), STACKED.findall(program)
   printed = _accuracies(port, tmp_path)
   assert len(printed) == 20  # train and test, 10 epochs
   assert printed == _accuracies(source, tmp_path)
+
+
+def test_a_replicator_rebound_is_no_longer_one():
+  source = (INPUTS / "jax_spmd_mnist.py").read_text().replace(
+      "  replicated_params = tree_map(replicate_array, init_params)",
+      "  replicate_array = lambda x: x\n"
+      "  replicated_params = tree_map(replicate_array, init_params)")
+  both = rewrite_global.rewrite_global_source(source)
+  assert "jax.P())" not in both.code.replace(rewrite_helpers.HELPERS, "")
+
+
+ONE_OUTPUT = """
+import jax
+from flax import jax_utils
+from flax.training import common_utils
+
+def run(params, batches, log):
+  step = jax.pmap(lambda p, b: jax.lax.pmean(p * b.mean(), "i"), "i")
+  params = jax_utils.replicate(params)
+  for batch in batches:
+    params = step(params, common_utils.shard(batch))
+    {read}
+  return jax_utils.unreplicate(params)
+"""
+
+
+def test_one_output_is_p_only_where_every_read_takes_one_copy():
+  read_once = rewrite_global.rewrite_global_source(
+      ONE_OUTPUT.format(read="print(params[0])"))
+  assert "out_specs=jax.P()," in read_once.code, read_once.findings
+  per_device = rewrite_global.rewrite_global_source(
+      ONE_OUTPUT.format(read="log.append(params)"))
+  person = [f.text for f in per_device.findings if f.kind == "person"]
+  assert person, per_device.code  # read per device: refused, not P()
+  assert "out_specs=jax.P()," not in per_device.code
 
 
 # transformers' flax examples (run_clm_flax.py and its siblings): the state's
@@ -181,3 +227,17 @@ def test_a_replicate_method_of_the_programs_own_is_left_to_a_person():
   assert any(line == 20 and "state.replicate(...): a replicate of the "
              "program's own" in text for line, text in person), person
   assert "jax.device_put(" not in both.code
+
+
+def test_a_broadcast_to_a_written_count_is_no_replicate():
+  # flax wmt's per-host psum: a stack for a pmap over one device a host.
+  def replicates(code):
+    return global_idioms.is_replicate_call(libcst.parse_expression(code))
+  assert replicates(
+      "tree_map(lambda x: np.broadcast_to(x, (n,) + x.shape), t)")
+  assert replicates("jax.tree.map(lambda x: jnp.broadcast_to(x, "
+                    "(jax.local_device_count(),) + x.shape), t)")
+  assert not replicates(
+      "jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (1,) + "
+      "x.shape), xs)")
+  assert not replicates("tree_map(lambda x: np.broadcast_to(x, (n, 2)), t)")

@@ -10,7 +10,7 @@ import libcst as cst
 
 from compare._src import rewrite_pmap
 
-_TREE_MAPS = ("jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map",
+TREE_MAPS = ("jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map",
               "tree_map", "tree.map")
 
 
@@ -18,33 +18,62 @@ def code_of(node) -> str:
   return cst.Module([]).code_for_node(node)
 
 
-def is_replicate_call(node) -> bool:
-  """`jax_utils.replicate(x)` or the tutorial's
-  `jax.tree.map(lambda x: jnp.array([x] * n), tree)` (`np.`/`jnp.`,
-  `array`/`stack`)."""
+class Known:
+  """The program's own functions that are idioms, found as it is read:
+  `splitters` (defs whose body is the tutorial's `arr.reshape(n,
+  arr.shape[0] // n, ...)`) and `replicators` (names bound to a lambda that
+  copies its leaf per device, JAX's SPMD example's `replicate_array`)."""
+
+  def __init__(self):
+    self.splitters: set[str] = set()
+    self.replicators: set[str] = set()
+
+
+def is_replicator(fn) -> bool:
+  """`lambda x: jnp.array([x] * n)` (the tutorial; `np.`/`jnp.`,
+  `array`/`stack`) or `lambda x: np.broadcast_to(x, (n,) + x.shape)` (JAX's
+  SPMD MNIST example)."""
+  if not isinstance(fn, cst.Lambda) or len(fn.params.params) != 1:
+    return False
+  body = code_of(fn.body).replace(" ", "")
+  x = fn.params.params[0].name.value
+  modules = ("np", "jnp", "numpy")
+  broadcast = next((body[len(f"{m}.broadcast_to({x},("):-len(
+      f",)+{x}.shape)")] for m in modules if body.startswith(
+          f"{m}.broadcast_to({x},(") and body.endswith(f",)+{x}.shape)")),
+                   None)
+  # A count written as a number is no device count (flax wmt's
+  # `broadcast_to(x, (1,) + x.shape)` feeds a pmap over one device a host).
+  return body.endswith(")") and (any(
+      body.startswith(f"{module}.{maker}([{x}]*")
+      for module in modules for maker in ("array", "stack")) or (
+          bool(broadcast) and not broadcast.isdigit()))
+
+
+def is_replicate_call(node, known: Known | None = None) -> bool:
+  """`jax_utils.replicate(x)`, or `jax.tree.map(f, tree)` of a replicator
+  `f` (`is_replicator`, or a name `known` binds to one)."""
   if not isinstance(node, cst.Call):
     return False
   name = rewrite_pmap.dotted(node.func)
   if name.endswith("replicate") and not name.endswith("unreplicate") and (
       "jax_utils" in name or name == "replicate"):
     return True
-  if name in _TREE_MAPS and len(node.args) == 2 and isinstance(
-      node.args[0].value, cst.Lambda):
-    body = code_of(node.args[0].value.body).replace(" ", "")
-    param = node.args[0].value.params.params
-    return len(param) == 1 and body.endswith(")") and any(
-        body.startswith(f"{module}.{maker}([{param[0].name.value}]*")
-        for module in ("np", "jnp", "numpy") for maker in ("array", "stack"))
+  if name in TREE_MAPS and len(node.args) == 2 and not any(
+      a.keyword or a.star for a in node.args):
+    fn = node.args[0].value
+    return is_replicator(fn) or (
+        known is not None and isinstance(fn, cst.Name)
+        and fn.value in known.replicators)
   return False
 
 
-def is_shard_call(node, splitters) -> bool:
-  """`common_utils.shard(x)`, or a call of one of `splitters` (a function
-  whose body is the tutorial's `arr.reshape(n, arr.shape[0] // n, ...)`)."""
+def is_shard_call(node, known: Known) -> bool:
+  """`common_utils.shard(x)`, or a call of one of `known.splitters`."""
   if not isinstance(node, cst.Call):
     return False
   name = rewrite_pmap.dotted(node.func)
-  return name.endswith("common_utils.shard") or name in splitters
+  return name.endswith("common_utils.shard") or name in known.splitters
 
 
 def is_unreplicate_call(node) -> bool:
@@ -63,7 +92,7 @@ def is_index0(node) -> bool:
 def is_tree_index0(node) -> bool:
   """`jax.tree.map(lambda x: x[0], tree)`."""
   if not (isinstance(node, cst.Call) and rewrite_pmap.dotted(node.func)
-          in _TREE_MAPS and len(node.args) == 2
+          in TREE_MAPS and len(node.args) == 2
           and isinstance(node.args[0].value, cst.Lambda)):
     return False
   fn = node.args[0].value

@@ -133,7 +133,7 @@ class _Layouts:
         read_once = reads and all(
             hows & {"unreplicate", "index0", "tree0", "step"}
             for *_, hows, _ in reads)
-        kind = R if read_once and a.kind[2] is not None else S
+        kind = R if read_once else S
         sites.setdefault(a.kind[1:], {})[kind] = a.line
     for step in self.r.steps.values():
       keys = [j for (name, j) in sites if name == step.name]
@@ -153,12 +153,14 @@ class _Layouts:
               f"{kinds[R]} and per device at line {kinds[S]}")))
         elif j is not None:
           outs[j] = next(iter(kinds))
+        else:  # one output, kept whole
+          outs = next(iter(kinds))
       step.outs = outs
 
   def expression_kind(self, scope, node, line):
-    if is_replicate_call(node):
+    if is_replicate_call(node, self.r.known):
       return R
-    if is_shard_call(node, self.r.splitters):
+    if is_shard_call(node, self.r.known):
       return B
     root = self.r._root(node)  # pylint: disable=protected-access
     if root is None:
@@ -256,8 +258,8 @@ class _Layouts:
 
 def read(wrapper, builds_pmap, is_pmap_decorator):
   """The layouts of a module's pmapped steps (`wrapper`: its
-  `metadata.MetadataWrapper`). Returns `(steps, replace, splitters, blockers)`:
-  `steps` by name, `splitters` the tutorial-style split functions,
+  `metadata.MetadataWrapper`). Returns `(steps, replace, known, blockers)`:
+  `steps` by name, `known` the program's own idioms (`global_idioms.Known`),
   `replace` maps `id` of each `unreplicate(x)`, `x[0]`
   or `jax.tree.map(lambda y: y[0], x)` of a replicated value to `x`."""
   reader = global_reader.Reader(builds_pmap, is_pmap_decorator)
@@ -267,4 +269,4 @@ def read(wrapper, builds_pmap, is_pmap_decorator):
   layouts.resolve_arguments()
   layouts.check_reads()
   blockers = sorted(set(layouts.blockers), key=lambda b: b.line)
-  return reader.steps, reader.replace, reader.splitters, blockers
+  return reader.steps, reader.replace, reader.known, blockers

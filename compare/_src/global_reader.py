@@ -6,6 +6,7 @@ import dataclasses
 import libcst as cst
 from libcst import metadata
 
+from compare._src import global_idioms
 from compare._src import rewrite_pmap
 from compare._src.global_idioms import is_index0
 from compare._src.global_idioms import is_replicate_call
@@ -79,7 +80,7 @@ class Reader(cst.CSTVisitor):
     self.reads = []       # (scope, name, line, allowed: bool)
     self.loops = {}       # scope -> [(start, end)]
     self.params = {}      # scope -> set of names
-    self.splitters = set()
+    self.known = global_idioms.Known()
     self.replace = {}     # id(original node) -> ("kind", ...) for the writer
     self.blockers: list[Blocker] = []
     self._scope = ["<module>"]
@@ -123,7 +124,7 @@ class Reader(cst.CSTVisitor):
   def visit_FunctionDef(self, node):
     name = splitter_name(node)
     if name:
-      self.splitters.add(name)
+      self.known.splitters.add(name)
     for decorator in node.decorators:
       if self._is_decorator(decorator.decorator):
         expr = decorator.decorator
@@ -241,12 +242,16 @@ class Reader(cst.CSTVisitor):
       return True
     if not isinstance(target, cst.Name):
       return True
+    if global_idioms.is_replicator(value):
+      self.known.replicators.add(target.value)
+      return True
+    self.known.replicators.discard(target.value)  # rebound: no longer one
     self._followed.add(id(value))
     if isinstance(value, cst.Call):
       self.assigned_calls.add(id(value))
-    if is_replicate_call(value):
+    if is_replicate_call(value, self.known):
       kind = R
-    elif is_shard_call(value, self.splitters):
+    elif is_shard_call(value, self.known):
       kind = B
     elif step == "next" and len(value.args) == 1:
       kind = ("alias-iter", value.args[0].value)
@@ -296,7 +301,7 @@ class Reader(cst.CSTVisitor):
       self._allow(node.args[0].value, "unreplicate", node)
     elif is_tree_index0(node):
       self._allow(node.args[1].value, "tree0", node)
-    elif name.endswith(".replicate") and not is_replicate_call(node):
+    elif name.endswith(".replicate") and not is_replicate_call(node, self.known):
       self.blockers.append(Blocker(line, (
           f"{name}(...): " + rewrite_pmap.OWN_REPLICATE)))
     elif name.endswith("prefetch_to_device") and not _is_prefetch(node):
@@ -312,7 +317,7 @@ class Reader(cst.CSTVisitor):
     call, a return) would reach a step laid out for pmap's stack."""
     for line, node in self.seen_calls:
       if id(node) in self._followed or not (
-          is_replicate_call(node) or is_shard_call(node, self.splitters)
+          is_replicate_call(node, self.known) or is_shard_call(node, self.known)
           or _is_prefetch(node)):
         continue
       self.blockers.append(Blocker(line, (

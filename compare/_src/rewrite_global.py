@@ -46,10 +46,10 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
   """The first step's rewriter with each step's global layout, and the
   placements and reads of the global step."""
 
-  def __init__(self, aliases, steps, replace, axis_code, splitters):
+  def __init__(self, aliases, steps, replace, axis_code, known):
     super().__init__(aliases)
     self._steps = {s.line: s for s in steps.values()}
-    self._replace, self._axis, self._splitters = replace, axis_code, splitters
+    self._replace, self._axis, self._known = replace, axis_code, known
 
   def _layout(self, line, in_axes, out_axes, axis):
     step = self._steps[line]
@@ -91,14 +91,13 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
   def leave_Call(self, original, updated):
     line = self._line(original)
     name = rewrite_pmap.dotted(original.func)
-    if global_idioms.is_replicate_call(original):
+    if global_idioms.is_replicate_call(original, self._known):
       self.findings.append(Finding(line, "changed", (
           f"{name}(...) -> jax.device_put(..., NamedSharding(mesh, P())): "
           "the state placed once, no copy per device")))
-      tree = updated.args[1 if len(updated.args) == 2 and isinstance(
-          updated.args[0].value, cst.Lambda) else 0].value
+      tree = updated.args[1 if name in global_idioms.TREE_MAPS else 0].value
       return self._placed(tree, R)
-    if global_idioms.is_shard_call(original, self._splitters):
+    if global_idioms.is_shard_call(original, self._known):
       self.findings.append(Finding(line, "changed", (
           f"{name}(...) -> jax.device_put(..., NamedSharding(mesh, "
           f"P({self._axis}))): the global batch, split over the mesh, no "
@@ -201,7 +200,7 @@ def rewrite_global_source(source: str, path: str = "<string>"
                             path)
   rewriter = rewrite_pmap.PmapRewriter(aliases, path)
   wrapper = metadata.MetadataWrapper(module)
-  steps, replace, splitters, found = global_layouts.read(
+  steps, replace, known, found = global_layouts.read(
       wrapper, rewriter.builds_pmap, rewriter.is_pmap_decorator)
   blockers += found
   blockers += [global_layouts.Blocker(p.line, (
@@ -216,7 +215,7 @@ def rewrite_global_source(source: str, path: str = "<string>"
     return rewrite_file.Rewrite(first.code, first.findings + tuple(
         Finding(b.line, "person", f"global step not written: {b.text}")
         for b in blockers), first.ports)
-  writer = GlobalRewriter(aliases, steps, replace, axis, splitters)
+  writer = GlobalRewriter(aliases, steps, replace, axis, known)
   new = wrapper.visit(writer)
   return rewrite_file.Rewrite(
       rewrite_file.with_imports(new.code, module, writer.uses_static),
