@@ -54,17 +54,6 @@ def _static(args) -> tuple[int, ...]:
   return ()
 
 
-def _target_names(target):
-  """The names a for target binds (`x`, `(x, y)`, `[x, *rest]`)."""
-  if isinstance(target, cst.Name):
-    return [target]
-  if isinstance(target, (cst.Tuple, cst.List)):
-    return [n for e in target.elements for n in _target_names(e.value)]
-  if isinstance(target, cst.StarredElement):
-    return _target_names(target.value)
-  return []
-
-
 class Reader(cst.CSTVisitor):
   """Collects the steps, their calls, every binding and every read."""
 
@@ -153,7 +142,7 @@ class Reader(cst.CSTVisitor):
   def _comprehension(self, node):
     names, loop = set(), node.for_in
     while loop is not None:
-      names |= {n.value for n in _target_names(loop.target)}
+      names |= set(self._names(loop.target))
       loop = loop.inner_for_in
     self._own.append(names)
 
@@ -210,10 +199,13 @@ class Reader(cst.CSTVisitor):
       self._allow(node.value, "return")
 
   def _names(self, target):
+    """The names a target binds (`x`, `(x, y)`, `[x, *rest]`)."""
     if isinstance(target, cst.Name):
       return [target.value]
     if isinstance(target, (cst.Tuple, cst.List)):
       return [n for e in target.elements for n in self._names(e.value)]
+    if isinstance(target, cst.StarredElement):
+      return self._names(target.value)
     return []
 
   def _bind(self, name, line, end, kind):
