@@ -17,6 +17,7 @@ bridge them without rewriting the team's step:
 Metrics may be a scalar (the loss), a tuple (the loss first) or a dict.
 """
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -83,7 +84,38 @@ def adapt_step(step: Callable, state_parts: int = 1,
     return new, (rest[0] if len(rest) == 1 else tuple(rest))
 
   adapted.__name__ = getattr(step, "__name__", "step")
+  adapted.signature = StepSignature(
+      step, state_parts, None if batch_keys is None else tuple(batch_keys),
+      step_index, tuple(static_args))
   return adapted
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSignature:
+  """What `adapt_step` was told of a step: how the harness's `(state,
+  batch)` maps onto its arguments (`python -m compare.rewrite --global
+  --prove` places them so).
+
+  Attributes:
+    step: the team's step, as given.
+    state_parts: its leading arguments (and outputs) that are the state.
+    batch_keys: the batch's arrays passed as the arguments after them, by
+      key; None: the batch whole, one argument.
+    step_index: it takes the step's index first (one value, not mapped).
+    static_args: the static values passed after the batch's arguments.
+  """
+
+  step: Callable
+  state_parts: int
+  batch_keys: tuple | None
+  step_index: bool
+  static_args: tuple
+
+  def adapt(self, step: Callable) -> Callable:
+    """`step` (another step of the same signature) adapted alike."""
+    return adapt_step(step, self.state_parts, self.batch_keys,
+                      step_index=self.step_index,
+                      static_args=self.static_args)
 
 
 def metrics_dict(metrics) -> dict:

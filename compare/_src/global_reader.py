@@ -60,9 +60,12 @@ class Reader(cst.CSTVisitor):
   METADATA_DEPENDENCIES = (metadata.PositionProvider,
                            metadata.ExpressionContextProvider)
 
-  def __init__(self, builds_pmap, is_pmap_decorator):
+  def __init__(self, builds_pmap, is_pmap_decorator, declared=None):
     super().__init__()
     self._builds_pmap, self._is_decorator = builds_pmap, is_pmap_decorator
+    # The step the team's Port declares (`--prove`): handed on as a value
+    # (to the Port, to a loop elsewhere), its callers pass that layout.
+    self._declared = declared
     self.steps: dict[str, StepLayout] = {}
     self.calls = []       # (scope, step, line, call node)
     self.assigns = {}     # (scope, name) -> [_Assign]
@@ -330,8 +333,9 @@ class Reader(cst.CSTVisitor):
         node.value in own for own in self._own):
       return
     hows = {how for key, how in self._allowed if key == id(node)}
-    if node.value in self.steps and id(node) not in self._mapped and not any(
-        c[3].func is node for c in self.calls):
+    if (node.value in self.steps and node.value != self._declared
+        and id(node) not in self._mapped
+        and not any(c[3].func is node for c in self.calls)):
       self.blockers.append(Blocker(self._line(node), (
           f"{node.value}, a pmapped step, used as a value: its calls are "
           "not all in view (call it by its name)")))

@@ -38,7 +38,8 @@ exit codes:
   1  something needs a person (the files are still written), or the proof
      failed
   2  bad input: one line naming the flag or file, nothing written
-  4  the proof crashed inside the tool
+  4  the rewrite or the proof crashed inside the tool (one line; the
+     rewrite's crash writes nothing)
 
 --prove runs on several devices: 8 emulated CPU devices unless XLA_FLAGS
 sets a count (a 1-device mesh proves nothing and is refused).
@@ -114,8 +115,15 @@ def _check_writable(directory: pathlib.Path, flag: str) -> None:
     raise RewriteError(f"{flag}: cannot write in {directory}")
 
 
-def _rewrite_all(pairs, tree: bool, global_step: bool = False):
-  """Every file's `Rewrite` (None: no pmap, copied as it is), or raises."""
+class RewriteCrash(Exception):
+  """The rewrite itself failed on a file (a bug of the tool's, not the
+  program's): one line naming the file, nothing written, exit 4."""
+
+
+def _rewrite_all(pairs, tree: bool, global_step: bool = False,
+                 declared: str | None = None):
+  """Every file's `Rewrite` (None: no pmap, copied as it is), or raises.
+  `declared`: the step the `--prove` Port declares (`--global`)."""
   results = []
   for source, target in pairs:
     try:
@@ -123,13 +131,21 @@ def _rewrite_all(pairs, tree: bool, global_step: bool = False):
     except (OSError, UnicodeDecodeError) as err:
       raise RewriteError(f"{source}: cannot read it ({err})") from None
     try:
-      rewrite = (rewrite_global.rewrite_global_source if global_step
-                 else rewrite_file.rewrite_source)
-      results.append((source, target, rewrite(text, str(source))))
+      if global_step:
+        rewrite = rewrite_global.rewrite_global_source(text, str(source),
+                                                       declared)
+      else:
+        rewrite = rewrite_file.rewrite_source(text, str(source))
+      results.append((source, target, rewrite))
     except RewriteError as err:
       if not (tree and str(err).endswith("no jax.pmap found")):
         raise
       results.append((source, target, None))
+    except Exception as err:  # pylint: disable=broad-except
+      raise RewriteCrash(f"the rewrite crashed on {source}: "
+                         f"{type(err).__name__}: {err} (nothing written; "
+                         "a bug of compare.rewrite's: please report it with "
+                         "the file)") from err
   if tree and all(r is None for _, _, r in results):
     raise RewriteError("--in-tree: no jax.pmap found in any .py file")
   return results
@@ -167,11 +183,25 @@ def _load_port(spec: str):
     raise RewriteError(str(err).replace("--program", "--prove")) from None
 
 
+def _declared_step(port, source: pathlib.Path):
+  """The step of `source` whose layout the Port declares (its `pmap_step`,
+  or the step a `compare.adapt_step` adapts), as a
+  `rewrite_global.Declared`; None where `source` names neither."""
+  import dataclasses  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from compare._src import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  signature = getattr(port.pmap_step, "signature", None)
+  step = port if signature is None else dataclasses.replace(
+      port, pmap_step=signature.step)
+  name = rewrite_proof.original_name(step, source)
+  return None if name is None else rewrite_global.Declared.of(name,
+                                                              signature)
+
+
 def report_lines(results, global_step: bool = False) -> list[str]:
   """The report: one line per finding, by file and line, then the counts
   (with `global_step`, no pointer to the step it already asked for)."""
   lines, counts = [], {kind: 0 for kind in _KIND}
-  pmaps = placed = 0
+  pmaps = placed = declared = 0
   for source, target, rewrite in results:
     if rewrite is None:
       continue
@@ -181,6 +211,8 @@ def report_lines(results, global_step: bool = False) -> list[str]:
       if finding.kind == "changed":
         if finding.text.startswith("pmap over"):
           pmaps += 1
+        elif finding.text.startswith(rewrite_global.DECLARED):
+          declared += 1
         else:
           placed += 1
       lines.append(f"  {source}:{finding.line}: {_KIND[finding.kind]}: "
@@ -196,7 +228,9 @@ def report_lines(results, global_step: bool = False) -> list[str]:
                  f"call site(s) moved to global arrays, {counts['person']} "
                  f"place(s) need a person, {counts['kept']} call site(s) "
                  "keep pmap's stacked layout (values made or read per "
-                 "device)")
+                 "device)" + (f", {declared} step(s) on the layout the Port "
+                              "declares (their callers, outside the file, "
+                              "place what they pass)" if declared else ""))
     return lines
   lines.append(f"{pmaps} pmap(s) rewritten, {counts['person']} "
                f"place(s) need a person, {counts['kept']} call site(s) keep "
@@ -218,14 +252,20 @@ def main(argv=None) -> int:
       _check_writable(pathlib.Path(args.report).parent, "--report")
     if args.steps is not None and (args.steps < 1 or not args.prove):
       raise RewriteError("--steps takes a positive count, with --prove")
-    results = _rewrite_all(pairs, tree=bool(args.in_tree),
-                           global_step=args.global_step)
+    declared = None
     if args.prove:
       port = _load_port(args.prove)
+      if args.global_step:
+        declared = _declared_step(port, pairs[0][0])
+    results = _rewrite_all(pairs, tree=bool(args.in_tree),
+                           global_step=args.global_step, declared=declared)
     _write(results, pathlib.Path(args.out_tree) if args.out_tree else None)
   except RewriteError as err:
     print(f"compare.rewrite: {err}", file=sys.stderr)
     return EXIT_USAGE
+  except RewriteCrash as err:
+    print(f"compare.rewrite: {err}", file=sys.stderr)
+    return EXIT_CRASH
   lines = report_lines(results, args.global_step)
   print("\n".join(lines))
   if args.report:

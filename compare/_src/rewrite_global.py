@@ -24,6 +24,8 @@ step is written: the file gets the first step and the report names each
 place and why (exit 1).
 """
 
+import dataclasses
+
 import libcst as cst
 from libcst import metadata
 
@@ -168,11 +170,20 @@ def _axis_of(module, aliases, line, path) -> tuple[str | None, list]:
   return f"\"{next(iter(axes))}\"", []
 
 
-def rewrite_global_source(source: str, path: str = "<string>"
+def rewrite_global_source(source: str, path: str = "<string>",
+                          declared: "Declared | None" = None
                           ) -> rewrite_file.Rewrite:
   """Both steps of one source (a pmap program, or the first step's output):
   its pmaps to global arrays, or, where the global step cannot be taken,
   the first step and a finding per place.
+
+  Args:
+    source: the program's text.
+    path: its name in the report.
+    declared: the step the team's `compare.Port` declares (`--prove`),
+      and its layout. A step this file never calls, or hands on as a
+      value, takes that layout (its callers are out of view; the Port says
+      what they pass).
 
   Raises:
     RewriteError: `source` is not Python, or has no pmap.
@@ -182,7 +193,7 @@ def rewrite_global_source(source: str, path: str = "<string>"
   except first_step_undone.UndoError as err:
     raise rewrite_file.RewriteError(f"{path}: {err}") from None
   if read_back is not None:  # the first step's output: from its program
-    both = rewrite_global_source(read_back, path)
+    both = rewrite_global_source(read_back, path, declared)
     line = first_step_undone.line_of(source, read_back)
     return rewrite_file.Rewrite(both.code, tuple(
         Finding(line(f.line), f.kind, f.text) for f in both.findings),
@@ -201,16 +212,36 @@ def rewrite_global_source(source: str, path: str = "<string>"
   rewriter = rewrite_pmap.PmapRewriter(aliases, path)
   wrapper = metadata.MetadataWrapper(module)
   steps, replace, known, found = global_layouts.read(
-      wrapper, rewriter.builds_pmap, rewriter.is_pmap_decorator)
+      wrapper, rewriter.builds_pmap, rewriter.is_pmap_decorator,
+      declared and declared.name)
   blockers += found
   blockers += [global_layouts.Blocker(p.line, (
       "pmap over given devices: the global step builds its mesh from "
       "jax.local_devices()")) for p in first.ports
                 if "_pmap_mesh(" in p.template and ", tuple(" in p.template
                 and ", tuple(jax.local_devices()))" not in p.template]
-  blockers += [global_layouts.Blocker(s.line, (
-      f"{s.name} is never called in this file: its callers' layouts are "
-      "not in view")) for s in steps.values() if not s.calls]
+  declared_findings = []
+  for step in steps.values():
+    ours = declared is not None and step.name == declared.name
+    if step.calls and ours and step.args != declared.args:
+      blockers.append(global_layouts.Blocker(step.calls[0], (
+          f"{step.name} is called here with arguments {step.args}; the "
+          f"Port declares {declared.args}: call it so, or prove another "
+          "step")))
+    if step.calls:
+      continue
+    if ours:
+      declared_findings += _as_declared(step, declared)
+      continue
+    blockers.append(global_layouts.Blocker(step.line, (
+        f"{step.name} is never called in this file: its callers' layouts "
+        "are not in view (--prove with the team's compare.Port declares "
+        "them: the state replicated, the batch split by rows)")))
+  named = {s.line for s in steps.values()}
+  blockers += [global_layouts.Blocker(p.line, (
+      "a pmap bound to no name here (returned, passed on, or called where "
+      "it is made): its callers' layouts are not in view; bind it to a "
+      "name the file calls")) for p in first.ports if p.line not in named]
   if blockers:
     return rewrite_file.Rewrite(first.code, first.findings + tuple(
         Finding(b.line, "person", f"global step not written: {b.text}")
@@ -219,5 +250,43 @@ def rewrite_global_source(source: str, path: str = "<string>"
   new = wrapper.visit(writer)
   return rewrite_file.Rewrite(
       rewrite_file.with_imports(new.code, module, writer.uses_static),
-      tuple(sorted(writer.findings, key=lambda f: f.line)),
+      tuple(sorted(writer.findings + declared_findings,
+                   key=lambda f: f.line)),
       tuple(writer.ports))
+
+
+@dataclasses.dataclass(frozen=True)
+class Declared:
+  """A step's layout as the team's `compare.Port` declares it (`--prove`):
+  each mapped argument's and output's (`R`, `B` or `S`)."""
+
+  name: str
+  args: list
+  outs: list
+
+  @classmethod
+  def of(cls, name, signature=None) -> "Declared":
+    """The Port's `(state, batch) -> (state, metrics)`, or the arguments a
+    `compare.adapt_step` spreads them over (`signature`): the state (and
+    the step index) replicated, the batch split by rows, the metrics per
+    device (`[devices]`, as pmap gave them)."""
+    if signature is None:
+      return cls(name, [R, B], [R, global_layouts.S])
+    return cls(name, [R] * (signature.step_index + signature.state_parts)
+               + [B] * len(signature.batch_keys or (None,)),
+               [R] * signature.state_parts + [global_layouts.S])
+
+
+DECLARED = "the Port's layout: "
+
+
+def _as_declared(step, declared) -> list:
+  """`step` given the layout `declared`; its callers are out of this file:
+  the report says what they now pass."""
+  step.args, step.outs = list(declared.args), list(declared.outs)
+  return [Finding(step.line, "changed", (
+      f"{DECLARED}{step.name} takes the state placed once with "
+      "NamedSharding(mesh, P()) and the global batch with P(axis), and "
+      "returns the state so and its metrics per device, as the Port's "
+      "port_step (declared by --prove): its callers outside this file pass "
+      "them so (docs/MIGRATION.md#idiom-map)"))]

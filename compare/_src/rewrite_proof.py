@@ -32,7 +32,7 @@ from compare._src import rewrite_cost
 from compare._src import rewrite_file
 
 
-def _original_name(port, source: pathlib.Path) -> str | None:
+def original_name(port, source: pathlib.Path) -> str | None:
   """The name the original module gives the Port's pmap_step, or None."""
   for module in list(sys.modules.values()):
     path = getattr(module, "__file__", None)
@@ -198,7 +198,17 @@ def _written_port(port, source: pathlib.Path, target: pathlib.Path):
   """`(the step, its _pmap_view axes, its name)`: the written file's port
   of the Port's pmap_step, found by name or, for a pmap made inside a
   function, by the function it maps."""
-  name = _original_name(port, source)
+  signature = getattr(port.pmap_step, "signature", None)
+  if signature is not None:  # compare.adapt_step of the file's step
+    name = original_name(dataclasses.replace(
+        port, pmap_step=signature.step), source)
+    if name is not None:
+      # Adapted alike, the written step takes the Port's (state, batch)
+      # as the declared layout placed them: all P(), the batch P(axis),
+      # the metrics per device.
+      return (signature.adapt(getattr(_rewritten_module(target), name)),
+              {"in_axes": (None, None), "out_axes": (None, 0)}, name)
+  name = original_name(port, source)
   if name is not None:
     return (getattr(_rewritten_module(target), name),
             _written_axes(target, name, None), name)
@@ -220,7 +230,11 @@ def prove(port, source: pathlib.Path, target: pathlib.Path,
     proved = dataclasses.replace(
         port, port_step=_on_global_mesh(rewritten, axes, port.mesh.size))
     port_module.check(proved)
-    moved = _what_moved(port, source, target, rewritten, axes)
+    moved = (["what the global step moved: not measured for a step the "
+              "Port adapts (compare.adapt_step): its arguments are not the "
+              "Port's (state, batch)"]
+             if hasattr(port.pmap_step, "signature")
+             else _what_moved(port, source, target, rewritten, axes))
   else:
     proved = _with_layout(port, rewritten)
   proof = proof_module.prove(proved, steps=steps, windows=1)

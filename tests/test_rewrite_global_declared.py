@@ -1,0 +1,145 @@
+"""`--global --prove`: a step the file never calls takes the layout the
+team's `compare.Port` declares, and is proved on it.
+
+A steps module (the pmap built here, called by the team's loop in another
+file) gives the reading no call to learn its arguments' layouts from. The
+Port says what its callers pass: `(state, batch)`, the state replicated,
+the batch split by rows (or, through `compare.adapt_step`, the arguments it
+spreads them over). The global step is written to that layout, its metrics
+kept per device, and proved against the original pmap.
+"""
+
+import pathlib
+import re
+
+import pytest
+
+from compare import rewrite
+from compare._src import adapt
+from compare._src import port as port_module
+from compare._src import rewrite_global
+from compare._src import rewrite_proof
+from compare._src.global_layouts import B, R, S
+
+INPUTS = pathlib.Path(__file__).resolve().parent / "rewrite_inputs"
+PORTS = "tests.rewrite_inputs.steps_module_port"
+STEP = ("p_train_step = jax.pmap(train_step, axis_name=\"batch\", "
+        "donate_argnums=(0,))\n")
+MODULE = "import jax\n\ndef train_step(state, batch):\n  return state, 0\n\n"
+
+
+def _findings(rewrite_):
+  return [(f.line, f.kind, f.text) for f in rewrite_.findings]
+
+
+def test_a_step_never_called_is_refused_without_a_port():
+  got = rewrite_global.rewrite_global_source(MODULE + STEP)
+  assert "jax.device_put" not in got.code
+  assert any(kind == "person" and "p_train_step is never called in this "
+             "file" in text and "--prove" in text
+             for _, kind, text in _findings(got)), _findings(got)
+
+
+def test_the_declared_step_takes_the_ports_layout():
+  got = rewrite_global.rewrite_global_source(
+      MODULE + STEP + "port = Port(pmap_step=p_train_step)\n",
+      declared=rewrite_global.Declared.of("p_train_step"))
+  assert not any(kind == "person" for _, kind, _ in _findings(got))
+  # Positional (state, batch), then keywords (`_pmap_keywords`).
+  assert 'in_specs=((jax.P(), jax.P("batch")), jax.P("batch"))' in got.code
+  assert 'out_specs=(jax.P(), jax.P("batch"))' in got.code
+  assert any(text.startswith("the Port's layout: p_train_step")
+             for _, _, text in _findings(got))
+
+
+def test_another_step_handed_on_stays_refused():
+  # The Port declares one step; another, handed to a loop elsewhere, is
+  # still out of view.
+  got = rewrite_global.rewrite_global_source(
+      MODULE + STEP + "p_eval = jax.pmap(train_step, 'batch')\n"
+      "loop(p_train_step, p_eval)\n",
+      declared=rewrite_global.Declared.of("p_train_step"))
+  person = [text for _, kind, text in _findings(got) if kind == "person"]
+  assert any("p_eval, a pmapped step, used as a value" in t for t in person)
+  assert not any("p_train_step" in t for t in person), person
+  assert "jax.device_put" not in got.code
+
+
+def test_a_declared_step_called_otherwise_here_is_refused():
+  got = rewrite_global.rewrite_global_source(
+      MODULE + STEP + "keys = jax.random.split(k, 8)\n"
+      "p_train_step(keys, keys)\n",
+      declared=rewrite_global.Declared.of("p_train_step"))
+  assert any(kind == "person" and "the Port declares" in text
+             for _, kind, text in _findings(got)), _findings(got)
+
+
+def test_adapt_step_declares_the_arguments_it_spreads():
+  def step(*args):
+    return args
+  stax = adapt.adapt_step(step, step_index=True).signature
+  optax_tuple = adapt.adapt_step(step, state_parts=2).signature
+  tutorial = adapt.adapt_step(step, batch_keys=("xs", "ys")).signature
+  assert rewrite_global.Declared.of("s", stax).args == [R, R, B]
+  assert rewrite_global.Declared.of("s", optax_tuple).args == [R, R, B]
+  assert rewrite_global.Declared.of("s", optax_tuple).outs == [R, R, S]
+  assert rewrite_global.Declared.of("s", tutorial).args == [R, B, B]
+
+
+def test_a_pmap_bound_to_no_name_is_a_place_not_a_crash():
+  # examples/team_programs/linen_lm_dropout.py returns its pmap from a
+  # function: the second step crashed on it (KeyError) before.
+  source = MODULE + ("def make_step():\n"
+                     "  return jax.pmap(train_step, 'batch')\n")
+  got = rewrite_global.rewrite_global_source(source)
+  assert any(line == 7 and kind == "person" and "bound to no name" in text
+             for line, kind, text in _findings(got)), _findings(got)
+
+
+def test_a_crash_of_the_rewrite_has_its_own_exit_and_writes_nothing(
+    tmp_path, monkeypatch, capsys):
+  def crash(*_, **__):
+    raise KeyError(124)
+  monkeypatch.setattr(rewrite_global, "rewrite_global_source", crash)
+  target = tmp_path / "out.py"
+  code = rewrite.main([str(INPUTS / "steps_module.py"), "-o", str(target),
+                       "--global"])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert code == 4
+  assert len(err) == 1 and "the rewrite crashed on" in err[0], err
+  assert "KeyError" in err[0] and not target.exists()
+
+
+@pytest.mark.parametrize("source,spec", [
+    ("steps_module.py", "port"), ("steps_module_stax.py", "update_port")])
+def test_the_declared_global_step_is_proved(source, spec, tmp_path, capsys):
+  target = tmp_path / source
+  code = rewrite.main([str(INPUTS / source), "-o", str(target), "--global",
+                       "--prove", f"{PORTS}:{spec}", "--steps", "3"])
+  out = capsys.readouterr().out
+  assert code == 0, out[-3000:]
+  assert "1 step(s) on the layout the Port declares" in out
+  assert "0 place(s) need a person" in out
+  assert "port vs pmap             bitwise at every check" in out
+  assert re.search(r"^verdict: pass \((\d+) of \1 leaves judged\)$", out, re.M)
+
+
+def test_metrics_taken_as_one_copy_fail_the_proof(tmp_path, capsys):
+  # The negative control: the loss is each device's own; written P() (one
+  # copy, device 0's) it is not pmap's, and the proof says so at step 1.
+  target = tmp_path / "steps_module.py"
+  assert rewrite.main([str(INPUTS / "steps_module.py"), "-o", str(target),
+                       "--global"]) == 1  # no Port: refused
+  assert rewrite.main([str(INPUTS / "steps_module.py"), "-o", str(target),
+                       "--global", "--prove", f"{PORTS}:port", "--steps",
+                       "1"]) == 0
+  written = 'out_specs=(jax.P(), jax.P("batch"))'
+  assert written in target.read_text()
+  target.write_text(target.read_text().replace(
+      written, "out_specs=(jax.P(), jax.P())"))
+  capsys.readouterr()
+  code = rewrite_proof.prove(port_module.load(f"{PORTS}:port"),
+                             INPUTS / "steps_module.py", target, steps=3,
+                             global_step=True)
+  assert code == 1
+  assert "verdict: fail, first at step 1" in capsys.readouterr().out
