@@ -223,7 +223,7 @@ def rewrite_global_source(source: str, path: str = "<string>",
   declared_findings = []
   for step in steps.values():
     ours = declared is not None and step.name == declared.name
-    if step.calls and ours and step.args != declared.args:
+    if step.calls and ours and step.args and step.args != declared.args:
       blockers.append(global_layouts.Blocker(step.calls[0], (
           f"{step.name} is called here with arguments {step.args}; the "
           f"Port declares {declared.args}: call it so, or prove another "
