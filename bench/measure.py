@@ -50,6 +50,8 @@ SCRIPTS = {"traps": ["-m", "docs.traps"],
            # ... to global arrays (`compare.rewrite --global`).
            "real_programs_global": ["-m", "bench.real_programs.run",
                                     "--global"],
+           # ... and our examples to global arrays, proved by their Ports.
+           "rewrite_examples": ["-m", "bench.rewrite_examples_runs"],
            # The issue 13 utilisation target's workload: 28x28 inputs.
            "utilisation": ["-m", "compare", "--strategy", "data_parallel",
                            "--dataset", "synthetic:28x28", "--steps", "30",

@@ -80,6 +80,9 @@ def test_adapt_step_declares_the_arguments_it_spreads():
   stax = adapt.adapt_step(step, step_index=True).signature
   optax_tuple = adapt.adapt_step(step, state_parts=2).signature
   tutorial = adapt.adapt_step(step, batch_keys=("xs", "ys")).signature
+  keys_after = adapt.adapt_step(step, static_args=(1,)).signature
+  # A value passed after the batch keeps pmap's layout (a key per device).
+  assert rewrite_global.Declared.of("s", keys_after).args == [R, B, S]
   assert rewrite_global.Declared.of("s", stax).args == [R, R, B]
   assert rewrite_global.Declared.of("s", optax_tuple).args == [R, R, B]
   assert rewrite_global.Declared.of("s", optax_tuple).outs == [R, R, S]
@@ -111,7 +114,8 @@ def test_a_crash_of_the_rewrite_has_its_own_exit_and_writes_nothing(
 
 
 @pytest.mark.parametrize("source,spec", [
-    ("steps_module.py", "port"), ("steps_module_stax.py", "update_port")])
+    ("steps_module.py", "port"), ("steps_module_stax.py", "update_port"),
+    ("steps_factory.py", "factory_port")])
 def test_the_declared_global_step_is_proved(source, spec, tmp_path, capsys):
   target = tmp_path / source
   code = rewrite.main([str(INPUTS / source), "-o", str(target), "--global",
@@ -143,3 +147,17 @@ def test_metrics_taken_as_one_copy_fail_the_proof(tmp_path, capsys):
                              global_step=True)
   assert code == 1
   assert "verdict: fail, first at step 1" in capsys.readouterr().out
+
+
+def test_a_pmap_made_in_a_factory_takes_the_ports_layout(tmp_path):
+  target = tmp_path / "steps_factory.py"
+  assert rewrite.main([str(INPUTS / "steps_factory.py"), "-o",
+                       str(target), "--global"]) == 1  # no Port: refused
+  assert "jax.device_put" not in target.read_text()
+  assert rewrite.main([str(INPUTS / "steps_factory.py"), "-o", str(target),
+                       "--global", "--prove", f"{PORTS}:factory_port",
+                       "--steps", "1"]) == 0
+  # The state P(), the batch split, the key per device kept stacked.
+  assert ("in_specs=((jax.P(), jax.P(AXIS), jax.P(AXIS)), jax.P(AXIS))"
+          in target.read_text())
+  assert "in_axes=(None, None, 0)" in target.read_text()

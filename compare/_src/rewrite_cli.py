@@ -193,8 +193,11 @@ def _declared_step(port, source: pathlib.Path):
   step = port if signature is None else dataclasses.replace(
       port, pmap_step=signature.step)
   name = rewrite_proof.original_name(step, source)
-  return None if name is None else rewrite_global.Declared.of(name,
-                                                              signature)
+  if name is not None:
+    return rewrite_global.Declared.of(name, signature)
+  line = rewrite_proof.local_pmap_line(step.pmap_step, source)
+  return None if line is None else rewrite_global.Declared.of(
+      f"the pmap of line {line}", signature, line)
 
 
 def report_lines(results, global_step: bool = False) -> list[str]:

@@ -223,11 +223,12 @@ def rewrite_global_source(source: str, path: str = "<string>",
   declared_findings = []
   for step in steps.values():
     ours = declared is not None and step.name == declared.name
-    if step.calls and ours and step.args and step.args != declared.args:
+    if (step.calls and ours and step.args
+        and step.args != declared.mapped(step)):
       blockers.append(global_layouts.Blocker(step.calls[0], (
           f"{step.name} is called here with arguments {step.args}; the "
-          f"Port declares {declared.args}: call it so, or prove another "
-          "step")))
+          f"Port declares {declared.mapped(step)}: call it so, or prove "
+          "another step")))
     if step.calls:
       continue
     if ours:
@@ -238,10 +239,22 @@ def rewrite_global_source(source: str, path: str = "<string>",
         "are not in view (--prove with the team's compare.Port declares "
         "them: the state replicated, the batch split by rows)")))
   named = {s.line for s in steps.values()}
-  blockers += [global_layouts.Blocker(p.line, (
-      "a pmap bound to no name here (returned, passed on, or called where "
-      "it is made): its callers' layouts are not in view; bind it to a "
-      "name the file calls")) for p in first.ports if p.line not in named]
+  for port in first.ports:
+    if port.line in named:
+      continue
+    if (declared is not None and declared.line == port.line
+        and "static_argnums" not in port.template):
+      # The Port's step is this pmap, made in a function (a factory the
+      # Port calls): its layout is the Port's.
+      steps[declared.name] = global_layouts.StepLayout(port.line,
+                                                       declared.name)
+      declared_findings += _as_declared(steps[declared.name], declared)
+      continue
+    blockers.append(global_layouts.Blocker(port.line, (
+        "a pmap bound to no name here (returned, passed on, or called "
+        "where it is made): its callers' layouts are not in view; bind it "
+        "to a name the file calls, or declare them with --prove (the "
+        "team's compare.Port)")))
   if blockers:
     return rewrite_file.Rewrite(first.code, first.findings + tuple(
         Finding(b.line, "person", f"global step not written: {b.text}")
@@ -263,18 +276,27 @@ class Declared:
   name: str
   args: list
   outs: list
+  line: int | None = None  # a pmap made in a function: its line
+
+  def mapped(self, step) -> list:
+    """The layouts of `step`'s arguments that have one (not its
+    `static_broadcasted_argnums`)."""
+    return [k for i, k in enumerate(self.args) if i not in step.static]
 
   @classmethod
-  def of(cls, name, signature=None) -> "Declared":
+  def of(cls, name, signature=None, line=None) -> "Declared":
     """The Port's `(state, batch) -> (state, metrics)`, or the arguments a
     `compare.adapt_step` spreads them over (`signature`): the state (and
     the step index) replicated, the batch split by rows, the metrics per
-    device (`[devices]`, as pmap gave them)."""
+    device (`[devices]`, as pmap gave them). Values the Port passes after
+    the batch (`static_args`: a key per device) keep pmap's stacked layout
+    where the pmap maps them (a static one has none)."""
     if signature is None:
-      return cls(name, [R, B], [R, global_layouts.S])
+      return cls(name, [R, B], [R, global_layouts.S], line)
     return cls(name, [R] * (signature.step_index + signature.state_parts)
-               + [B] * len(signature.batch_keys or (None,)),
-               [R] * signature.state_parts + [global_layouts.S])
+               + [B] * len(signature.batch_keys or (None,))
+               + [global_layouts.S] * len(signature.static_args),
+               [R] * signature.state_parts + [global_layouts.S], line)
 
 
 DECLARED = "the Port's layout: "
@@ -283,10 +305,13 @@ DECLARED = "the Port's layout: "
 def _as_declared(step, declared) -> list:
   """`step` given the layout `declared`; its callers are out of this file:
   the report says what they now pass."""
-  step.args, step.outs = list(declared.args), list(declared.outs)
+  step.args, step.outs = declared.mapped(step), list(declared.outs)
+  kept = global_layouts.S in step.args
   return [Finding(step.line, "changed", (
       f"{DECLARED}{step.name} takes the state placed once with "
-      "NamedSharding(mesh, P()) and the global batch with P(axis), and "
-      "returns the state so and its metrics per device, as the Port's "
-      "port_step (declared by --prove): its callers outside this file pass "
-      "them so (docs/MIGRATION.md#idiom-map)"))]
+      "NamedSharding(mesh, P()) and the global batch with P(axis)"
+      + (", what the Port passes after the batch in pmap's stacked layout"
+         if kept else "") + ", and returns the state so and its metrics "
+      "per device, as the Port's port_step (declared by --prove): its "
+      "callers outside this file pass them so "
+      "(docs/MIGRATION.md#idiom-map)"))]

@@ -43,24 +43,48 @@ def original_name(port, source: pathlib.Path) -> str | None:
   return None
 
 
-def _port_of_local_pmap(port, source: pathlib.Path, target: pathlib.Path,
-                        helpers: dict):
-  """The rewritten file's port of its one pmap of the Port's function (its
-  own text, as written in `target`), built around that function with the
-  file's helpers. Returns `(the port, the line in the original)`."""
-  fun = getattr(port.pmap_step, "__wrapped__", None)
+def _mapped_function(pmap_step, source: pathlib.Path):
+  """`(the function, its name)` a pmap maps, where it is one of `source`'s
+  functions (or a `functools.partial` of one); None otherwise."""
+  fun = getattr(pmap_step, "__wrapped__", None)
   base = fun.func if isinstance(fun, functools.partial) else fun
   name = getattr(base, "__name__", None)
   module = sys.modules.get(getattr(base, "__module__", None))
   if name is None or pathlib.Path(getattr(module, "__file__", "") or "")\
       .resolve() != source.resolve():
+    return None
+  return fun, name
+
+
+def _local_ports(name: str, source: pathlib.Path) -> list:
+  """The first step's ports of `source`'s pmaps that map `name`."""
+  mentions = re.compile(rf"\b{re.escape(name)}\b")
+  return [p for p in rewrite_file.rewrite_source(source.read_text()).ports
+          if mentions.search(p.fun_code)]
+
+
+def local_pmap_line(pmap_step, source: pathlib.Path) -> int | None:
+  """The line of `source`'s one pmap of the function `pmap_step` maps (a
+  pmap made inside a function), or None."""
+  mapped = _mapped_function(pmap_step, source)
+  ports = _local_ports(mapped[1], source) if mapped else []
+  return ports[0].line if len(ports) == 1 else None
+
+
+def _port_of_local_pmap(port, source: pathlib.Path, target: pathlib.Path,
+                        helpers: dict):
+  """The rewritten file's port of its one pmap of the Port's function (its
+  own text, as written in `target`), built around that function with the
+  file's helpers. Returns `(the port, the line in the original)`."""
+  mapped = _mapped_function(port.pmap_step, source)
+  if mapped is None:
     raise port_module.PortError(
         f"--prove: the Port's pmap_step is neither a pmap {source} names "
         f"nor jax.pmap of one of its functions (or a functools.partial of "
         "one)")
+  fun, name = mapped
   mentions = re.compile(rf"\b{re.escape(name)}\b")
-  ports = [p for p in rewrite_file.rewrite_source(source.read_text()).ports
-           if mentions.search(p.fun_code)]
+  ports = _local_ports(name, source)
   text = target.read_text()
   written = [ast.get_source_segment(text, node)
              for node in ast.walk(ast.parse(text))
@@ -96,6 +120,15 @@ def _helpers(target: pathlib.Path) -> dict:
   helpers = [node for node in tree.body if isinstance(node, ast.FunctionDef)
              and node.name.startswith("_pmap_")]
   namespace = {"functools": functools, "jax": jax, "np": np}
+  # The module's constants written as literals (`AXIS = "batch"`), which a
+  # pmap's line may name.
+  for node in tree.body:
+    if (isinstance(node, ast.Assign) and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)):
+      try:
+        namespace[node.targets[0].id] = ast.literal_eval(node.value)
+      except ValueError:
+        pass
   exec(compile(ast.Module(helpers, type_ignores=[]), str(target), "exec"),  # pylint: disable=exec-used
        namespace)
   return namespace
@@ -202,14 +235,18 @@ def _written_port(port, source: pathlib.Path, target: pathlib.Path):
   function, by the function it maps."""
   signature = getattr(port.pmap_step, "signature", None)
   if signature is not None:  # compare.adapt_step of the file's step
-    name = original_name(dataclasses.replace(
-        port, pmap_step=signature.step), source)
+    # Adapted alike, the written step takes the Port's (state, batch) as
+    # the declared layout placed them: all P(), the batch P(axis), the
+    # metrics per device.
+    adapted = {"in_axes": (None, None), "out_axes": (None, 0)}
+    inner = dataclasses.replace(port, pmap_step=signature.step)
+    name = original_name(inner, source)
     if name is not None:
-      # Adapted alike, the written step takes the Port's (state, batch)
-      # as the declared layout placed them: all P(), the batch P(axis),
-      # the metrics per device.
       return (signature.adapt(getattr(_rewritten_module(target), name)),
-              {"in_axes": (None, None), "out_axes": (None, 0)}, name)
+              adapted, name)
+    step, line, _ = _port_of_local_pmap(inner, source, target,
+                                        _helpers(target))
+    return signature.adapt(step), adapted, f"pmap of line {line}"
   name = original_name(port, source)
   if name is not None:
     return (getattr(_rewritten_module(target), name),
