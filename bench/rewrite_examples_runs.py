@@ -106,8 +106,6 @@ def main(argv=None) -> int:
               f"team's Port, {STEPS} steps, 8 emulated CPU devices)",
       "date": datetime.date.today().isoformat(),
       "jax_version": jax.__version__,
-      "command": "python -m bench.rewrite_examples_runs " + " ".join(
-          sys.argv[1:] if argv is None else argv),
       "programs": programs, "table": table(programs),
       "count": len(programs), "written": len(written),
       "passed": sum(1 for r in written if r["verdict"]

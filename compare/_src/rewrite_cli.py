@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "the mesh (P()), each batch one global array "
                       "(P(axis)), no replicate/shard/unreplicate/[0]; where "
                       "it cannot be taken, the first step is written and "
-                      "each place reported")
+                      "each place reported. A step the file never calls "
+                      "takes the layout --prove's Port declares")
   parser.add_argument("--steps", type=int, metavar="N", help="--prove's "
                       "steps (default: the Port's)")
   return parser
