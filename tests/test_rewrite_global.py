@@ -105,6 +105,24 @@ BLOCKED = {
                             "  for b in batches_of(it):\n"
                             "    s, m = p_step(s, b)\n",
                             "batches_of returns global batches"),
+    "a replicated value returned, not bound": (
+        "def create(s):\n"
+        "  s = jax_utils.replicate(s)\n"
+        "  return s\n"
+        "def run(s, b):\n"
+        "  return p_step(create(s), common_utils.shard(b))\n",
+        "create returns a replicated value"),
+    "returned replicated on one path only": (
+        "def create(s, again):\n"
+        "  r = jax_utils.replicate(s)\n"
+        "  if again:\n"
+        "    return r\n"
+        "  return s\n"
+        "def run(s, b):\n"
+        "  s = create(s, True)\n"
+        "  b = common_utils.shard(b)\n"
+        "  s, m = p_step(s, b)\n",
+        "r is placed once on the mesh now"),
     # The placement is written; where its value goes is not followed.
     "inside a comprehension": ("def run(s, bs):\n"
                                "  s = jax_utils.replicate(s)\n"
@@ -217,6 +235,28 @@ def main():
 
 main()
 '''
+
+
+RETURNED = PER_DEVICE.replace(
+    "def main():\n  w = jax_utils.replicate(np.zeros(3, np.float32))\n",
+    "def create_state():\n  w = np.zeros(3, np.float32)\n"
+    "  w = jax_utils.replicate(w)\n  return w\n\n\n"
+    "def main():\n  w = create_state()\n")
+
+
+def test_a_replicated_value_returned_by_name_is_followed(tmp_path, capsys):
+  # Flax's cifar10 example made its optimizer so (`optimizer =
+  # jax_utils.replicate(optimizer); return optimizer`).
+  assert RETURNED != PER_DEVICE
+  source, port = tmp_path / "returned.py", tmp_path / "returned_g.py"
+  source.write_text(RETURNED)
+  assert rewrite.main([str(source), "-o", str(port), "--global"]) == 0
+  out = capsys.readouterr().out
+  assert "0 place(s) need a person" in out
+  text = port.read_text()
+  assert "jax_utils.replicate" not in text
+  assert "jax_utils.unreplicate(w)" not in text
+  assert _script_output(port) == _script_output(source)
 
 
 def test_an_output_read_per_device_keeps_its_devices(tmp_path, capsys):

@@ -208,21 +208,24 @@ class _Layouts:
 
   def _returned(self, function, depth):
     """What a call of `function` holds: "biter" where it returns only
-    global batches (flax imagenet's `create_input_iter`), else S."""
+    global batches (flax imagenet's `create_input_iter`), R where it returns
+    only a replicated value by name (`optimizer = replicate(optimizer);
+    return optimizer`, as flax's cifar10 example did), else S."""
     returns = self.r.returns.get(function, [])
     kinds = {self.kind(function, node.value, line, depth + 1)
              if isinstance(node, cst.Name) else S for line, node in returns}
-    return "biter" if kinds == {"biter"} else S
+    return kinds.pop() if kinds in ({"biter"}, {R}) else S
 
-  def _returned_to_names(self, function, line):
-    """A function that returns global batches is called as `x = f(...)`
-    only, where the reading follows them."""
+  def _returned_to_names(self, function, line, kind):
+    """A function that returns global batches or a replicated value is
+    called as `x = f(...)` only, where the reading follows them."""
+    what = "global batches" if kind == "biter" else "a replicated value"
     for at, call in self.r.seen_calls:
       if (rewrite_pmap.dotted(call.func) == function
           and id(call) not in self.r.assigned_calls):
         self.blockers.append(Blocker(at, (
-            f"{function} returns global batches (line {line}): call it as "
-            f"`it = {function}(...)` so that they can be followed")))
+            f"{function} returns {what} (line {line}): call it as "
+            f"`x = {function}(...)` so that it can be followed")))
 
   def check_reads(self):
     """Every read of a replicated value or a global batch is one the
@@ -240,6 +243,8 @@ class _Layouts:
                  }.get(kind)
       if allowed is None:
         continue
+      if kind == R and "return" in hows and self._returned(scope, 0) == R:
+        allowed = allowed | {"return"}  # followed to each `x = f(...)`
       if not hows & allowed:
         why = {R: "placed once on the mesh now (a copy per device before): "
                   "this read would see one value, not [devices, ...]",
@@ -249,8 +254,8 @@ class _Layouts:
                         "with next()"}[kind]
         self.blockers.append(Blocker(line, f"{name} is {why} "
                                      "(docs/MIGRATION.md#idiom-map)"))
-      elif kind == "biter" and "return" in hows:
-        self._returned_to_names(scope, line)
+      elif kind in ("biter", R) and "return" in hows:
+        self._returned_to_names(scope, line, kind)
       elif kind == R and hows & {"unreplicate", "index0", "tree0"}:
         container, inner = self.r.containers[id(node)]
         self.r.replace[id(container)] = inner
