@@ -123,6 +123,15 @@ BLOCKED = {
         "  b = common_utils.shard(b)\n"
         "  s, m = p_step(s, b)\n",
         "r is placed once on the mesh now"),
+    # Fed back to the step in a loop, it would read as replicated; but the
+    # loop's first pass takes the caller's value (here stacked by hand).
+    "a loop's state from a parameter": (
+        "def run(s, bs):\n"
+        "  for b in bs:\n"
+        "    s, m = p_step(s, common_utils.shard(b))\n"
+        "  return m\n"
+        "run(np.stack([np.zeros(3)] * 8), [np.ones((16, 3))])\n",
+        "argument 0 of p_step, `s`: where it comes from is not in view"),
     # The placement is written; where its value goes is not followed.
     "inside a comprehension": ("def run(s, bs):\n"
                                "  s = jax_utils.replicate(s)\n"
