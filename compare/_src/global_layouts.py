@@ -83,10 +83,10 @@ class _Layouts:
     scope, bindings = self.reaching(scope, name, line)
     if not bindings or depth > 8:
       return None
-    if name in self.r.params.get(scope, ()) and not any(
-        a.end < line for a in bindings):
-      # A loop's first pass reads the parameter, the caller's value, before
-      # the loop binds it: out of view, whatever the loop makes of it.
+    if not any(a.end < line for a in bindings):
+      # Only the loop binds it, later: its first pass reads a value from
+      # outside (a parameter, the caller's), out of view whatever the loop
+      # makes of it.
       return None
     kinds = {self._of(scope, a, depth, strict) for a in bindings}
     if len(kinds) == 1:
