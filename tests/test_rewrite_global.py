@@ -132,6 +132,20 @@ BLOCKED = {
         "  return m\n"
         "run(np.stack([np.zeros(3)] * 8), [np.ones((16, 3))])\n",
         "argument 0 of p_step, `s`: where it comes from is not in view"),
+    # pmap gave each device the whole stacked array: the global placement
+    # would give it another value.
+    "a global batch broadcast": (
+        "p_whole = jax.pmap(train_step, 'batch', in_axes=(0, None))\n"
+        "s = jax_utils.replicate(s0)\n"
+        "s, m = p_step(s, common_utils.shard(b0))\n"
+        "s, m = p_whole(s, common_utils.shard(b0))\n",
+        "argument 1 of p_whole is global batch (made by a shard"),
+    "a replicated value broadcast": (
+        "p_whole = jax.pmap(train_step, 'batch', in_axes=(None, 0))\n"
+        "s = jax_utils.replicate(s0)\n"
+        "s, m = p_step(s, common_utils.shard(b0))\n"
+        "s, m = p_whole(s, common_utils.shard(b0))\n",
+        "argument 0 of p_whole is replicated (made by a replicate"),
     # The placement is written; where its value goes is not followed.
     "inside a comprehension": ("def run(s, bs):\n"
                                "  s = jax_utils.replicate(s)\n"

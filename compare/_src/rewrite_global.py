@@ -48,15 +48,30 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
   """The first step's rewriter with each step's global layout, and the
   placements and reads of the global step."""
 
-  def __init__(self, aliases, steps, replace, axis_code, known):
+  def __init__(self, aliases, steps, replace, axis_code, known,
+               declared=None):
     super().__init__(aliases)
     self._steps = {s.line: s for s in steps.values()}
     self._replace, self._axis, self._known = replace, axis_code, known
+    self._declared = declared
+    self.blockers = []  # found while writing: the global step is not taken
 
   def _layout(self, line, in_axes, out_axes, axis):
     step = self._steps[line]
     given = (in_axes if isinstance(in_axes, tuple)
              else (in_axes,) * len(step.args))
+    if step.name != self._declared:
+      # A value the program replicated or sharded, given to an argument
+      # pmap broadcasts: each device saw the whole stacked [devices, ...]
+      # array, which the global placement no longer is.
+      self.blockers += [global_layouts.Blocker(line, (
+          f"argument {i} of {step.name} is {kind} (made by a "
+          f"{'replicate' if kind == R else 'shard'} the second step "
+          "rewrites) but the pmap broadcasts it (in_axes=None): each device "
+          "saw the whole stacked [devices, ...] array; place it by hand"))
+                        for i, (axis_in, kind) in enumerate(zip(given,
+                                                                step.args))
+                        if axis_in is None and kind in (R, B)]
     kinds = [None if axis_in is None else kind
              for axis_in, kind in zip(given, step.args)]
     stacked = [str(i) for i, k in enumerate(kinds) if k == global_layouts.S]
@@ -259,8 +274,13 @@ def rewrite_global_source(source: str, path: str = "<string>",
     return rewrite_file.Rewrite(first.code, first.findings + tuple(
         Finding(b.line, "person", f"global step not written: {b.text}")
         for b in blockers), first.ports)
-  writer = GlobalRewriter(aliases, steps, replace, axis, known)
+  writer = GlobalRewriter(aliases, steps, replace, axis, known,
+                          declared and declared.name)
   new = wrapper.visit(writer)
+  if writer.blockers:
+    return rewrite_file.Rewrite(first.code, first.findings + tuple(
+        Finding(b.line, "person", f"global step not written: {b.text}")
+        for b in writer.blockers), first.ports)
   return rewrite_file.Rewrite(
       rewrite_file.with_imports(new.code, module, writer.uses_static),
       tuple(sorted(writer.findings + declared_findings,
