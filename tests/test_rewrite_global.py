@@ -43,8 +43,9 @@ def test_a_script_holds_no_stacked_layout_and_prints_the_same(
       rf"{re.escape(str(source))}:(\d+): changed", out)})
   assert reported == changed_lines
   # The helpers' own x[0] is pmap's stacked view, kept for values the
-  # program reads per device; the program itself holds none.
-  program = port.read_text().replace(rewrite_helpers.HELPERS, "")
+  # program reads per device, and `_pmap_first`'s a tuple's element; the
+  # program itself holds none.
+  program = rewrite_helpers.without_helpers(port.read_text())
   assert program != port.read_text()
   assert not STACKED.findall(program), STACKED.findall(program)
   assert _script_output(port) == _script_output(source)
@@ -282,6 +283,46 @@ def test_a_replicated_value_returned_by_name_is_followed(tmp_path, capsys):
   assert _script_output(port) == _script_output(source)
 
 
+TUPLE_STATE = '''
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import jax_utils
+from flax.training import common_utils
+
+
+def step(state, batch):
+  w, count = state
+  grad = jax.lax.pmean(jnp.mean(batch @ w) * w, "i")
+  return (w - 0.1 * grad, count + 1), jax.lax.pmean(jnp.mean(batch), "i")
+
+
+p_step = jax.pmap(step, "i")
+
+state = jax_utils.replicate((np.arange(3.0, dtype=np.float32), np.int32(0)))
+for i in range(3):
+  x = np.arange(48.0 * i, 48.0 * (i + 1)).reshape(16, 3) / 100
+  state, loss = p_step(state, common_utils.shard(x))
+w = state[0]  # the tuple's first element, not device 0's copy
+print(jax_utils.unreplicate(w).tolist(), repr(float(loss[0])))
+'''
+
+
+def test_index_0_of_a_replicated_tuple_is_its_element(tmp_path, capsys):
+  # `state[0]` of a replicated (w, count) tuple is w, stacked; `loss[0]` is
+  # device 0's loss. Which one an `x[0]` is shows only when it runs: both
+  # become `_pmap_first(...)`, and the port prints the original's numbers
+  # (the value itself for both before: the tuple printed).
+  source, port = tmp_path / "tuple_state.py", tmp_path / "tuple_state_g.py"
+  source.write_text(TUPLE_STATE)
+  assert rewrite.main([str(source), "-o", str(port), "--global"]) == 0
+  text = rewrite_helpers.without_helpers(port.read_text())
+  assert "_pmap_first(state)" in text and "_pmap_first(loss)" in text
+  want = _script_output(source)
+  assert want.startswith("[0.0, 0.54")
+  assert _script_output(port) == want
+
+
 def test_an_output_read_per_device_keeps_its_devices(tmp_path, capsys):
   source, port = tmp_path / "per_device.py", tmp_path / "per_device_g.py"
   source.write_text(PER_DEVICE)
@@ -375,7 +416,7 @@ def test_static_arguments_take_the_second_step(tmp_path, capsys):
   assert rewrite.main([str(source), "-o", str(port), "--global"]) == 0
   out = capsys.readouterr().out
   assert "static_broadcasted_argnums (2,) as jit's static_argnums" in out
-  program = port.read_text().replace(rewrite_helpers.HELPERS, "")
+  program = rewrite_helpers.without_helpers(port.read_text())
   assert not STACKED.findall(program), STACKED.findall(program)
   assert "in_specs=((jax.P(), jax.P(\"batch\")), jax.P(\"batch\"))" in program
   want = _script_output(source)
@@ -395,7 +436,7 @@ def test_an_axis_named_by_a_module_constant_takes_the_second_step(
   source.write_text(text)
   assert rewrite.main([str(source), "-o", str(port), "--global"]) == 0
   assert "0 place(s) need a person" in capsys.readouterr().out
-  program = port.read_text().replace(rewrite_helpers.HELPERS, "")
+  program = rewrite_helpers.without_helpers(port.read_text())
   assert not STACKED.findall(program), STACKED.findall(program)
   assert _script_output(port) == _script_output(source)
   # A name bound twice is no constant: refused, by line.
@@ -458,6 +499,6 @@ def test_prefetched_batches_become_global_batches(case, tmp_path, capsys):
   out = capsys.readouterr().out
   assert "0 place(s) need a person" in out and (
       "merged to [devices * b, ...]" in out) == (case != "inline"), out
-  program = port.read_text().replace(rewrite_helpers.HELPERS, "")
+  program = rewrite_helpers.without_helpers(port.read_text())
   assert not STACKED.findall(program), STACKED.findall(program)
   assert _script_output(port) == _script_output(source)

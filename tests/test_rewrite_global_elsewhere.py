@@ -73,7 +73,7 @@ def test_a_pmap_naming_no_axis_and_a_lambda_parameter_take_the_step(
   out = capsys.readouterr().out
   assert code == 0, out
   assert "0 place(s) need a person" in out
-  program = port.read_text().replace(rewrite_helpers.HELPERS, "")
+  program = rewrite_helpers.without_helpers(port.read_text())
   assert 'jax.NamedSharding(_pmap_mesh("devices"), jax.P())' in program
   assert "in_specs=((jax.P(), jax.P(\"devices\")), jax.P(\"devices\"))" in (
       program)
@@ -144,7 +144,7 @@ def test_jax_spmd_mnist_goes_global_but_its_batches(tmp_path, capsys):
           "global arrays, 0 place(s) need a person, 1 call site(s) keep "
           "pmap's stacked layout") in out
   assert "--global;" not in out  # no pointer to the step it asked for
-  program = port.read_text().replace(rewrite_helpers.HELPERS, "")
+  program = rewrite_helpers.without_helpers(port.read_text())
   assert "tree_map(replicate_array" not in program
   assert not STACKED.findall(program), STACKED.findall(program)
   printed = _accuracies(port, tmp_path)
@@ -158,7 +158,7 @@ def test_a_replicator_rebound_is_no_longer_one():
       "  replicate_array = lambda x: x\n"
       "  replicated_params = tree_map(replicate_array, init_params)")
   both = rewrite_global.rewrite_global_source(source)
-  assert "jax.P())" not in both.code.replace(rewrite_helpers.HELPERS, "")
+  assert "jax.P())" not in rewrite_helpers.without_helpers(both.code)
 
 
 ONE_OUTPUT = """

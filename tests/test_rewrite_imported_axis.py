@@ -54,7 +54,7 @@ def test_an_imported_axis_constant_takes_the_second_step(form, tmp_path,
   out = capsys.readouterr().out
   assert code == 0, out
   assert "0 place(s) need a person" in out
-  program = port.read_text().replace(rewrite_helpers.HELPERS, "")
+  program = rewrite_helpers.without_helpers(port.read_text())
   assert not STACKED.findall(program), STACKED.findall(program)
   # The global batch placed on the axis the constant names.
   assert '_pmap_mesh("batch"), jax.P("batch")' in program
@@ -104,6 +104,6 @@ def test_a_pmap_over_this_processs_devices_takes_the_second_step(
     assert code == 1 and "pmap over given devices" in out, out
     return
   assert code == 0 and "0 place(s) need a person" in out, out
-  program = port.read_text().replace(rewrite_helpers.HELPERS, "")
+  program = rewrite_helpers.without_helpers(port.read_text())
   assert not STACKED.findall(program), STACKED.findall(program)
   assert _script_output(port) == _script_output(source)
