@@ -44,7 +44,11 @@ def test_the_declared_step_takes_the_ports_layout():
   got = rewrite_global.rewrite_global_source(
       MODULE + STEP + "port = Port(pmap_step=p_train_step)\n",
       declared=rewrite_global.Declared.of("p_train_step"))
-  assert not any(kind == "person" for _, kind, _ in _findings(got))
+  # The step's callers, out of view, are a person's: said by line.
+  person = [(line, text) for line, kind, text in _findings(got)
+            if kind == "person"]
+  assert [line for line, _ in person] == [6], _findings(got)
+  assert "p_train_step's callers are outside this file" in person[0][1]
   # Positional (state, batch), then keywords (`_pmap_keywords`).
   assert 'in_specs=((jax.P(), jax.P("batch")), jax.P("batch"))' in got.code
   assert 'out_specs=(jax.P(), jax.P("batch"))' in got.code
@@ -121,9 +125,12 @@ def test_the_declared_global_step_is_proved(source, spec, tmp_path, capsys):
   code = rewrite.main([str(INPUTS / source), "-o", str(target), "--global",
                        "--prove", f"{PORTS}:{spec}", "--steps", "3"])
   out = capsys.readouterr().out
-  assert code == 0, out[-3000:]
+  # 1: the step's callers outside the file are a person's; the proof passed.
+  assert code == 1, out[-3000:]
   assert "1 step(s) on the layout the Port declares" in out
-  assert "0 place(s) need a person" in out
+  assert "1 place(s) need a person" in out
+  assert "callers are outside this file" in out
+  assert "pmap(s) rewritten to global arrays" in out
   assert "port vs pmap             bitwise at every check" in out
   assert re.search(r"^verdict: pass \((\d+) of \1 leaves judged\)$", out, re.M)
 
@@ -136,7 +143,7 @@ def test_metrics_taken_as_one_copy_fail_the_proof(tmp_path, capsys):
                        "--global"]) == 1  # no Port: refused
   assert rewrite.main([str(INPUTS / "steps_module.py"), "-o", str(target),
                        "--global", "--prove", f"{PORTS}:port", "--steps",
-                       "1"]) == 0
+                       "1"]) == 1
   written = 'out_specs=(jax.P(), jax.P("batch"))'
   assert written in target.read_text()
   target.write_text(target.read_text().replace(
@@ -156,7 +163,7 @@ def test_a_pmap_made_in_a_factory_takes_the_ports_layout(tmp_path):
   assert "jax.device_put" not in target.read_text()
   assert rewrite.main([str(INPUTS / "steps_factory.py"), "-o", str(target),
                        "--global", "--prove", f"{PORTS}:factory_port",
-                       "--steps", "1"]) == 0
+                       "--steps", "1"]) == 1
   # The state P(), the batch split, the key per device kept stacked.
   assert ("in_specs=((jax.P(), jax.P(AXIS), jax.P(AXIS)), jax.P(AXIS))"
           in target.read_text())

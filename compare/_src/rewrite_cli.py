@@ -233,8 +233,7 @@ def report_lines(results, global_step: bool = False) -> list[str]:
                  f"place(s) need a person, {counts['kept']} call site(s) "
                  "keep pmap's stacked layout (values made or read per "
                  "device)" + (f", {declared} step(s) on the layout the Port "
-                              "declares (their callers, outside the file, "
-                              "place what they pass)" if declared else ""))
+                              "declares" if declared else ""))
     return lines
   lines.append(f"{pmaps} pmap(s) rewritten, {counts['person']} "
                f"place(s) need a person, {counts['kept']} call site(s) keep "

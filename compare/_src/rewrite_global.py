@@ -331,8 +331,9 @@ DECLARED = "the Port's layout: "
 
 
 def _as_declared(step, declared) -> list:
-  """`step` given the layout `declared`; its callers are out of this file:
-  the report says what they now pass."""
+  """`step` given the layout `declared`. Its callers are out of this file:
+  the report says what they now pass, as a place for a person (no reading
+  of this file can tell that they do)."""
   step.args, step.outs = declared.mapped(step), list(declared.outs)
   kept = global_layouts.S in step.args
   return [Finding(step.line, "changed", (
@@ -340,6 +341,10 @@ def _as_declared(step, declared) -> list:
       "NamedSharding(mesh, P()) and the global batch with P(axis)"
       + (", what the Port passes after the batch in pmap's stacked layout"
          if kept else "") + ", and returns the state so and its metrics "
-      "per device, as the Port's port_step (declared by --prove): its "
-      "callers outside this file pass them so "
-      "(docs/MIGRATION.md#idiom-map)"))]
+      "per device, as the Port's port_step (declared by --prove)")),
+          Finding(step.line, "person", (
+              f"{step.name}'s callers are outside this file: each must now "
+              "pass the state placed once with NamedSharding(mesh, P()) "
+              "(not replicate) and the global batch with P(axis) (not "
+              "shard), as the Port does; no reading of this file sees them "
+              "(docs/MIGRATION.md#idiom-map)"))]
