@@ -20,17 +20,21 @@ from compare._src import rewrite_proof
 from tests.test_rewrite import _script_output  # pylint: disable=g-bad-import-order
 
 INPUTS = pathlib.Path(__file__).resolve().parent / "rewrite_inputs"
+# What the second step removes. An `x[0]` may stay: of an output kept per
+# device (pmap's stacked layout: `loss[0]` reads device 0's as before); of
+# a replicated value it is refused (a device's copy, or a tuple's element).
 STACKED = re.compile(r"\b(?:replicate|unreplicate|common_utils\.shard|"
-                     r"prefetch_to_device)\(|(?<!\.shape)\[0\]")
+                     r"prefetch_to_device)\(")
 
 
 @pytest.mark.parametrize("script, changed_lines", [
     # pmap, replicate, prefetch(map(shard)), two unreplicates.
     ("flax_style_train", [57, 68, 69, 74, 77]),
-    # pmap, the tree.map replicate, two split calls, loss[0], tree.map x[0].
-    ("tutorial_linear_regression", [43, 74, 81, 82, 90, 94]),
-    # pmap in main, the np.stack replicate, metrics["loss"][0].
-    ("local_pmap_train", [28, 33, 41])])
+    # pmap, the tree.map replicate, two split calls, tree.map x[0] (its
+    # loss[0] reads the loss kept per device, as before).
+    ("tutorial_linear_regression", [43, 74, 81, 82, 94]),
+    # pmap in main, the np.stack replicate (metrics["loss"][0] as before).
+    ("local_pmap_train", [28, 33])])
 def test_a_script_holds_no_stacked_layout_and_prints_the_same(
     script, changed_lines, tmp_path, capsys):
   source, port = INPUTS / f"{script}.py", tmp_path / f"{script}_global.py"
@@ -43,8 +47,7 @@ def test_a_script_holds_no_stacked_layout_and_prints_the_same(
       rf"{re.escape(str(source))}:(\d+): changed", out)})
   assert reported == changed_lines
   # The helpers' own x[0] is pmap's stacked view, kept for values the
-  # program reads per device, and `_pmap_first`'s a tuple's element; the
-  # program itself holds none.
+  # program reads per device; the program holds no stacked-layout call.
   program = rewrite_helpers.without_helpers(port.read_text())
   assert program != port.read_text()
   assert not STACKED.findall(program), STACKED.findall(program)
@@ -147,6 +150,11 @@ BLOCKED = {
         "s, m = p_step(s, common_utils.shard(b0))\n"
         "s, m = p_whole(s, common_utils.shard(b0))\n",
         "argument 0 of p_whole is replicated (made by a replicate"),
+    "[0] of a replicated value": (
+        "s = jax_utils.replicate(s0)\n"
+        "out, m = p_step(s, common_utils.shard(b0))\n"
+        "print(s[0])\n",
+        "s[0] of a replicated value: device 0's copy where s is an array"),
     # The placement is written; where its value goes is not followed.
     "inside a comprehension": ("def run(s, bs):\n"
                                "  s = jax_utils.replicate(s)\n"
@@ -157,7 +165,8 @@ BLOCKED = {
     "read both ways": ("def run(s, b, log):\n"
                        "  s = jax_utils.replicate(s)\n"
                        "  b = common_utils.shard(b)\n"
-                       "  s, m = p_step(s, b)\n  print(m[0])\n"
+                       "  s, m = p_step(s, b)\n"
+                       "  print(jax_utils.unreplicate(m))\n"
                        "  s, m = p_step(s, b)\n  log.append(m)\n",
                        "output 1 of p_step is read as one value at line"),
     "two axes": ("q_step = jax.pmap(train_step, axis_name='other')\n"
@@ -308,18 +317,43 @@ print(jax_utils.unreplicate(w).tolist(), repr(float(loss[0])))
 '''
 
 
-def test_index_0_of_a_replicated_tuple_is_its_element(tmp_path, capsys):
-  # `state[0]` of a replicated (w, count) tuple is w, stacked; `loss[0]` is
-  # device 0's loss. Which one an `x[0]` is shows only when it runs: both
-  # become `_pmap_first(...)`, and the port prints the original's numbers
-  # (the value itself for both before: the tuple printed).
+def test_index_0_of_a_replicated_value_is_refused(tmp_path, capsys):
+  # `state[0]` of a replicated (w, count) tuple is w, every device's copy;
+  # of a replicated array it would be device 0's copy. Only running it
+  # tells: refused by line (it was rewritten to `state`, the tuple: a
+  # wrong port, 0 places).
   source, port = tmp_path / "tuple_state.py", tmp_path / "tuple_state_g.py"
   source.write_text(TUPLE_STATE)
+  assert rewrite.main([str(source), "-o", str(port), "--global"]) == 1
+  out = capsys.readouterr().out
+  # Read by [0], the step's state output is not one copy: it meets the
+  # replicated state at the step.
+  assert re.search(r"tuple_state\.py:20: NEEDS A PERSON: global step not "
+                   r"written: state holds values of different layouts", out)
+  assert "jax.device_put(" not in port.read_text()
+
+
+TUPLE_METRICS = TUPLE_STATE.replace(
+    "w = state[0]  # the tuple's first element, not device 0's copy\n"
+    "print(jax_utils.unreplicate(w).tolist(), repr(float(loss[0])))\n",
+    "  print(np.asarray(metrics[0]).tolist())\n"
+    "print(jax_utils.unreplicate(state)[0].tolist())\n").replace(
+        "state, loss = p_step", "state, metrics = p_step").replace(
+            "jax.lax.pmean(jnp.mean(batch), \"i\")",
+            "(jnp.mean(batch), jax.lax.pmean(jnp.mean(batch), \"i\"))")
+
+
+def test_index_0_of_an_output_keeps_it_per_device(tmp_path, capsys):
+  # `metrics[0]` of a step's (local, averaged) output is the local loss of
+  # every device: kept stacked, it reads as before (read as one copy, P(),
+  # it printed one device's: a wrong port, 0 places).
+  assert TUPLE_METRICS != TUPLE_STATE
+  source, port = tmp_path / "tuple_out.py", tmp_path / "tuple_out_g.py"
+  source.write_text(TUPLE_METRICS)
   assert rewrite.main([str(source), "-o", str(port), "--global"]) == 0
-  text = rewrite_helpers.without_helpers(port.read_text())
-  assert "_pmap_first(state)" in text and "_pmap_first(loss)" in text
+  assert "0 place(s) need a person" in capsys.readouterr().out
   want = _script_output(source)
-  assert want.startswith("[0.0, 0.54")
+  assert len(want.splitlines()[0].split(",")) == 8  # every device's
   assert _script_output(port) == want
 
 

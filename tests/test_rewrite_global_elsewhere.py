@@ -178,13 +178,20 @@ def run(params, batches, log):
 
 def test_one_output_is_p_only_where_every_read_takes_one_copy():
   read_once = rewrite_global.rewrite_global_source(
-      ONE_OUTPUT.format(read="print(params[0])"))
+      ONE_OUTPUT.format(read="print(jax_utils.unreplicate(params))"))
   assert "out_specs=jax.P()," in read_once.code, read_once.findings
   per_device = rewrite_global.rewrite_global_source(
       ONE_OUTPUT.format(read="log.append(params)"))
   person = [f.text for f in per_device.findings if f.kind == "person"]
   assert person, per_device.code  # read per device: refused, not P()
   assert "out_specs=jax.P()," not in per_device.code
+  # `params[0]`: device 0's copy of an array, a tuple's element: not one
+  # copy as the output is declared (refused where it meets the replicated
+  # params), whichever it is.
+  indexed = rewrite_global.rewrite_global_source(
+      ONE_OUTPUT.format(read="print(params[0])"))
+  assert any(f.kind == "person" for f in indexed.findings), indexed.code
+  assert "out_specs=jax.P()," not in indexed.code
 
 
 # transformers' flax examples (run_clm_flax.py and its siblings): the state's

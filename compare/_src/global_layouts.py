@@ -135,8 +135,11 @@ class _Layouts:
                 and a.kind[1] in self.r.steps):
           continue
         reads = self._reads_of(scope, name, a)
+        # Not `x[0]`: of a tuple it is the first element, stacked, not one
+        # device's copy, and which it is shows only when it runs; kept
+        # stacked, the output reads as it did whichever it is.
         read_once = reads and all(
-            hows & {"unreplicate", "index0", "tree0", "step"}
+            hows & {"unreplicate", "tree0", "step"}
             for *_, hows, _ in reads)
         kind = R if read_once else S
         sites.setdefault(a.kind[1:], {})[kind] = a.line
@@ -234,8 +237,8 @@ class _Layouts:
 
   def check_reads(self):
     """Every read of a replicated value or a global batch is one the
-    global layout keeps; the reads the rewrite drops (`unreplicate`,
-    `[0]`) are recorded for the writer."""
+    global layout keeps; the reads the rewrite drops (`unreplicate`, a
+    tree map of `[0]`) are recorded for the writer."""
     names = {n for (_, n), assigns in self.r.assigns.items()
              if any(a.kind in (R, B, "biter") or isinstance(a.kind, tuple)
                     for a in assigns)}
@@ -243,14 +246,21 @@ class _Layouts:
       if name not in names or name in self.r.steps:
         continue
       kind = self.kind(scope, name, line, strict=False)
-      allowed = {R: {"step", "unreplicate", "index0", "tree0", "alias"},
+      allowed = {R: {"step", "unreplicate", "tree0", "alias"},
                  B: {"step", "alias"}, "biter": {"biter", "return"}
                  }.get(kind)
       if allowed is None:
         continue
       if kind == R and "return" in hows and self._returned(scope, 0) == R:
         allowed = allowed | {"return"}  # followed to each `x = f(...)`
-      if not hows & allowed:
+      if kind == R and hows == {"index0"}:
+        self.blockers.append(Blocker(line, (
+            f"{name}[0] of a replicated value: device 0's copy where {name} "
+            "is an array, its first element (every device's) where a tuple "
+            "or list, and only running it tells; write jax_utils."
+            f"unreplicate({name}) for the copy, or unpack the tuple "
+            "(docs/MIGRATION.md#trap-unreplicate)")))
+      elif not hows & allowed:
         why = {R: "placed once on the mesh now (a copy per device before): "
                   "this read would see one value, not [devices, ...]",
                B: "a global batch now ([batch, ...], not [devices, "
@@ -261,7 +271,7 @@ class _Layouts:
                                      "(docs/MIGRATION.md#idiom-map)"))
       elif kind in ("biter", R) and "return" in hows:
         self._returned_to_names(scope, line, kind)
-      elif kind == R and hows & {"unreplicate", "index0", "tree0"}:
+      elif kind == R and hows & {"unreplicate", "tree0"}:
         container, inner = self.r.containers[id(node)]
         self.r.replace[id(container)] = inner
 

@@ -78,10 +78,8 @@ class _References(cst.CSTVisitor):
     return False  # `from jax import pmap` is not a use
 
 
-def with_imports(code: str, module: cst.Module, static: bool,
-                 first: bool = False) -> str:
-  """`code` with the helpers' imports and the helpers after the imports
-  (`_pmap_static` where `static`, `_pmap_first` where `first`)."""
+def with_imports(code: str, module: cst.Module, static: bool) -> str:
+  """`code` with the helpers' imports and the helpers after the imports."""
   have = {cst.Module([]).code_for_node(s).strip() for s in module.body
           if isinstance(s, cst.SimpleStatementLine)}
   needed = [line for line in ("import functools", "import jax",
@@ -96,9 +94,8 @@ def with_imports(code: str, module: cst.Module, static: bool,
   if needed:
     head += "".join(f"{line}  # compare.rewrite's helpers\n"
                     for line in needed)
-  helpers = (rewrite_helpers.HELPERS
-             + (rewrite_helpers.STATIC_HELPER if static else "")
-             + (rewrite_helpers.FIRST_HELPER if first else ""))
+  helpers = rewrite_helpers.HELPERS + (rewrite_helpers.STATIC_HELPER if static
+                                    else "")
   return head + helpers + "".join(lines[last:])
 
 

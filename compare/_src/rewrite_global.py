@@ -55,7 +55,6 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
     self._replace, self._axis, self._known = replace, axis_code, known
     self._declared = declared
     self.blockers = []  # found while writing: the global step is not taken
-    self.uses_first = False
 
   def _layout(self, line, in_axes, out_axes, axis):
     step = self._steps[line]
@@ -153,19 +152,6 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
         "(jax.device_put(jax.tree.map(lambda _x: np.reshape(_x, (-1,) + "
         f"np.shape(_x)[2:]), _batch), {sharding}) for _batch in "
         f"{global_idioms.code_of(source)})")
-
-  def leave_Subscript(self, original, updated):
-    if id(original) in self._replace:
-      # Which `x[0]` is, a device's copy or a tuple's first element, shows
-      # only when it runs.
-      self.uses_first = True
-      self.findings.append(Finding(self._line(original), "changed", (
-          "[0] of a replicated value -> _pmap_first(...): the value itself "
-          "where it is an array (device 0's copy before), its first element "
-          "where it is a tuple or list (as before)")))
-      return cst.Call(cst.Name("_pmap_first"),
-                      [cst.Arg(self._inner(original))])
-    return updated
 
   def _inner(self, original):
     # The replaced node's inside, as rewritten (a read holds no pmap).
@@ -289,8 +275,7 @@ def rewrite_global_source(source: str, path: str = "<string>",
         Finding(b.line, "person", f"global step not written: {b.text}")
         for b in writer.blockers), first.ports)
   return rewrite_file.Rewrite(
-      rewrite_file.with_imports(new.code, module, writer.uses_static,
-                                writer.uses_first),
+      rewrite_file.with_imports(new.code, module, writer.uses_static),
       tuple(sorted(writer.findings + declared_findings,
                    key=lambda f: f.line)),
       tuple(writer.ports))

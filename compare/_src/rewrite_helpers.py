@@ -91,20 +91,9 @@ def _pmap_static(shard_mapped, fn, static_argnums):
   return call
 '''
 
-FIRST_HELPER = '''
-
-def _pmap_first(x):
-  """`x[0]` as the pmap program read it: a tuple's or a list's first
-  element; of an array, one device's copy then, the value itself now."""
-  if isinstance(x, (jax.Array, np.ndarray, np.generic)):
-    return x
-  return x[0]
-'''
-
-
 def without_helpers(code: str) -> str:
   """`code` (a rewritten file) without the helpers the rewrite added: the
   program as it reads."""
-  for helper in (HELPERS, STATIC_HELPER, FIRST_HELPER):
+  for helper in (HELPERS, STATIC_HELPER):
     code = code.replace(helper, "")
   return code
