@@ -280,8 +280,8 @@ def read(wrapper, builds_pmap, is_pmap_decorator, declared=None):
   """The layouts of a module's pmapped steps (`wrapper`: its
   `metadata.MetadataWrapper`). Returns `(steps, replace, known, blockers)`:
   `steps` by name, `known` the program's own idioms (`global_idioms.Known`),
-  `replace` maps `id` of each `unreplicate(x)`, `x[0]`
-  or `jax.tree.map(lambda y: y[0], x)` of a replicated value to `x`.
+  `replace` maps `id` of each `unreplicate(x)` or `jax.tree.map(lambda y:
+  y[0], x)` of a replicated value to `x`.
   `declared`: the step the team's Port declares, which may be handed on as
   a value (its callers pass the Port's layout)."""
   reader = global_reader.Reader(builds_pmap, is_pmap_decorator, declared)

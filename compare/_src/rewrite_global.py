@@ -9,8 +9,9 @@ batch as one global array, the step's per-device body unchanged:
   -> `jax.device_put(x, NamedSharding(mesh, P(axis)))`, and
   `prefetch_to_device(map(common_utils.shard, it), n)` -> each batch of `it`
   placed so;
-- `unreplicate(x)`, `x[0]` and `jax.tree.map(lambda y: y[0], x)` of a
-  replicated value -> `x`;
+- `unreplicate(x)` and `jax.tree.map(lambda y: y[0], x)` of a replicated
+  value -> `x` (its `x[0]` is refused: a device's copy, or a tuple's
+  element);
 - each step's in_specs and out_specs from where its arguments come from and
   how its outputs are read (`compare._src.global_layouts`): `P()` for a
   replicated value, `P(axis)` for a global batch, pmap's stacked layout kept
