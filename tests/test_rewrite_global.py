@@ -116,6 +116,14 @@ BLOCKED = {
         "def run(s, b):\n"
         "  return p_step(create(s), common_utils.shard(b))\n",
         "create returns a replicated value"),
+    "a function returning a replicated value, as a value": (
+        "def create(s):\n"
+        "  s = jax_utils.replicate(s)\n"
+        "  return s\n"
+        "def run(seeds, b):\n"
+        "  for s in map(create, seeds):\n"
+        "    s, m = p_step(s, common_utils.shard(b))\n",
+        "and is used here as a value: call it as `x = create(...)`"),
     "returned replicated on one path only": (
         "def create(s, again):\n"
         "  r = jax_utils.replicate(s)\n"

@@ -234,6 +234,15 @@ class _Layouts:
         self.blockers.append(Blocker(at, (
             f"{function} returns {what} (line {line}): call it as "
             f"`x = {function}(...)` so that it can be followed")))
+    # Handed on as a value (`map(create, seeds)`), its results go where
+    # the reading does not follow them.
+    called = {id(call.func) for _, call in self.r.seen_calls}
+    for _, name, at, _, node in self.r.reads:
+      if name == function and id(node) not in called:
+        self.blockers.append(Blocker(at, (
+            f"{function} returns {what} (line {line}) and is used here as "
+            f"a value: call it as `x = {function}(...)` so that it can be "
+            "followed")))
 
   def check_reads(self):
     """Every read of a replicated value or a global batch is one the
