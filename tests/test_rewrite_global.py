@@ -124,6 +124,14 @@ BLOCKED = {
         "  for s in map(create, seeds):\n"
         "    s, m = p_step(s, common_utils.shard(b))\n",
         "and is used here as a value: call it as `x = create(...)`"),
+    "two pmaps of one name": (
+        "def evaluate(s, b):\n"
+        "  p_step = jax.pmap(train_step, 'batch', in_axes=(None, 0))\n"
+        "  return p_step(s, common_utils.shard(b))\n"
+        "def run(s, b):\n"
+        "  s = jax_utils.replicate(s)\n"
+        "  s, m = p_step(s, common_utils.shard(b))\n",
+        "two pmaps bound to the name p_step"),
     "returned replicated on one path only": (
         "def create(s, again):\n"
         "  r = jax_utils.replicate(s)\n"

@@ -300,4 +300,5 @@ def read(wrapper, builds_pmap, is_pmap_decorator, declared=None):
   layouts.resolve_arguments()
   layouts.check_reads()
   blockers = sorted(set(layouts.blockers), key=lambda b: b.line)
-  return reader.steps, reader.replace, reader.known, blockers
+  return (reader.steps, reader.replace, reader.known, blockers,
+          reader.shadowed)

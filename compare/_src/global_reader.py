@@ -83,6 +83,7 @@ class Reader(cst.CSTVisitor):
     # Placement calls whose value the reading follows (a name bound to it,
     # a step's argument, a for statement's batches), and every call seen.
     self._followed, self.seen_calls = set(), []
+    self.shadowed = set()  # lines of steps a later one of their name hides
     self.returns = {}     # function -> [(line, returned node)]
     self.assigned_calls = set()  # ids of the calls `name = f(...)` binds
 
@@ -113,6 +114,17 @@ class Reader(cst.CSTVisitor):
       if container is not None:
         self.containers[id(root)] = (container, node)
 
+  def _add_step(self, step: StepLayout) -> None:
+    """A pmapped step by its name; two of one name (in two functions) are
+    one name to a reading by name: both refused."""
+    other = self.steps.get(step.name)
+    if other is not None and other.line != step.line:
+      self.blockers.append(Blocker(step.line, (
+          f"two pmaps bound to the name {step.name} (lines {other.line} and "
+          f"{step.line}): the reading is by name; give each its own")))
+      self.shadowed.add(other.line)
+    self.steps[step.name] = step
+
   def visit_FunctionDef(self, node):
     name = splitter_name(node)
     if name:
@@ -120,9 +132,9 @@ class Reader(cst.CSTVisitor):
     for decorator in node.decorators:
       if self._is_decorator(decorator.decorator):
         expr = decorator.decorator
-        self.steps[node.name.value] = StepLayout(
+        self._add_step(StepLayout(
             self._line(decorator), node.name.value,
-            static=_static(expr.args if isinstance(expr, cst.Call) else ()))
+            static=_static(expr.args if isinstance(expr, cst.Call) else ())))
     self._scope.append(node.name.value)
     self.params[node.name.value] = {
         p.name.value for p in (*node.params.params, *node.params.kwonly_params,
@@ -222,10 +234,10 @@ class Reader(cst.CSTVisitor):
       return True
     target = node.targets[0].target
     if isinstance(target, cst.Name) and self._builds_pmap(value):
-      self.steps[target.value] = StepLayout(
+      self._add_step(StepLayout(
           self._line(value), target.value,
           static=_static([*value.args, *(value.func.args if isinstance(
-              value.func, cst.Call) else ())]))
+              value.func, cst.Call) else ())])))
       return True
     step = (rewrite_pmap.dotted(value.func) if isinstance(value, cst.Call)
             else "")

@@ -220,7 +220,7 @@ def rewrite_global_source(source: str, path: str = "<string>",
                             path)
   rewriter = rewrite_pmap.PmapRewriter(aliases, path)
   wrapper = metadata.MetadataWrapper(module)
-  steps, replace, known, found = global_layouts.read(
+  steps, replace, known, found, shadowed = global_layouts.read(
       wrapper, rewriter.builds_pmap, rewriter.is_pmap_decorator,
       declared and declared.name)
   blockers += found
@@ -247,7 +247,7 @@ def rewrite_global_source(source: str, path: str = "<string>",
         f"{step.name} is never called in this file: its callers' layouts "
         "are not in view (--prove with the team's compare.Port declares "
         "them: the state replicated, the batch split by rows)")))
-  named = {s.line for s in steps.values()}
+  named = {s.line for s in steps.values()} | shadowed
   for port in first.ports:
     if port.line in named:
       continue
