@@ -1,0 +1,167 @@
+"""`python -m compare.rewrite --global`: each construct the second step
+cannot take is reported by line (exit 1), and the first step written in
+its place: pmap's layout at every call site, no placement of the second.
+"""
+
+import re
+
+import pytest
+
+from compare import rewrite
+
+
+_STEP = '''
+import jax
+from flax import jax_utils
+from flax.training import common_utils
+
+def train_step(state, batch):
+  return state, jax.lax.pmean(batch, "batch")
+
+p_step = jax.pmap(train_step, axis_name="batch")
+'''
+
+BLOCKED = {
+    "a parameter": ("def run(state, batch):\n"
+                    "  return p_step(state, common_utils.shard(batch))\n",
+                    "argument 0 of p_step, `state`: where it comes from is "
+                    "not in view"),
+    "two layouts": ("def run(state, batches, other):\n"
+                    "  state = jax_utils.replicate(state)\n"
+                    "  for batch in batches:\n"
+                    "    state, m = p_step(state, common_utils.shard(batch))\n"
+                    "    state = other\n",
+                    "state holds values of different layouts"),
+    "read per device": ("def run(state, batch):\n"
+                        "  state = jax_utils.replicate(state)\n"
+                        "  print(state.shape)\n"
+                        "  return p_step(state, common_utils.shard(batch))\n",
+                        "state is placed once on the mesh now"),
+    "batch shape read": ("def run(s, batch):\n"
+                         "  s = jax_utils.replicate(s)\n"
+                         "  batch = common_utils.shard(batch)\n"
+                         "  n = batch.shape[1]\n"
+                         "  return p_step(s, batch)\n",
+                         "batch is a global batch now"),
+    "a value": ("steps = [p_step]\n", "p_step, a pmapped step, used as a "
+                "value"),
+    "star arguments": ("def run(args):\n  return p_step(*args)\n",
+                       "p_step called with */** arguments"),
+    "keyword": ("def run(s, b):\n  s = jax_utils.replicate(s)\n"
+                "  return p_step(batch=common_utils.shard(b), state=s)\n",
+                "keyword argument batch of p_step is global batch"),
+    "prefetch by keyword": ("def run(s, it):\n"
+                            "  s = jax_utils.replicate(s)\n"
+                            "  for b in jax_utils.prefetch_to_device("
+                            "iterator=it, size=2):\n"
+                            "    s, m = p_step(s, b)\n",
+                            "prefetch_to_device's batches given by keyword"),
+    "never called": ("", "p_step is never called in this file"),
+    "returned, not bound": ("def batches_of(it):\n"
+                            "  it = jax_utils.prefetch_to_device(it, 2)\n"
+                            "  return it\n"
+                            "def run(s, it):\n"
+                            "  s = jax_utils.replicate(s)\n"
+                            "  for b in batches_of(it):\n"
+                            "    s, m = p_step(s, b)\n",
+                            "batches_of returns global batches"),
+    "a replicated value returned, not bound": (
+        "def create(s):\n"
+        "  s = jax_utils.replicate(s)\n"
+        "  return s\n"
+        "def run(s, b):\n"
+        "  return p_step(create(s), common_utils.shard(b))\n",
+        "create returns a replicated value"),
+    "a function returning a replicated value, as a value": (
+        "def create(s):\n"
+        "  s = jax_utils.replicate(s)\n"
+        "  return s\n"
+        "def run(seeds, b):\n"
+        "  for s in map(create, seeds):\n"
+        "    s, m = p_step(s, common_utils.shard(b))\n",
+        "and is used here as a value: call it as `x = create(...)`"),
+    "two pmaps of one name": (
+        "def evaluate(s, b):\n"
+        "  p_step = jax.pmap(train_step, 'batch', in_axes=(None, 0))\n"
+        "  return p_step(s, common_utils.shard(b))\n"
+        "def run(s, b):\n"
+        "  s = jax_utils.replicate(s)\n"
+        "  s, m = p_step(s, common_utils.shard(b))\n",
+        "two pmaps bound to the name p_step"),
+    "returned replicated on one path only": (
+        "def create(s, again):\n"
+        "  r = jax_utils.replicate(s)\n"
+        "  if again:\n"
+        "    return r\n"
+        "  return s\n"
+        "def run(s, b):\n"
+        "  s = create(s, True)\n"
+        "  b = common_utils.shard(b)\n"
+        "  s, m = p_step(s, b)\n",
+        "r is placed once on the mesh now"),
+    # Fed back to the step in a loop, it would read as replicated; but the
+    # loop's first pass takes the caller's value (here stacked by hand).
+    "a loop's state from a parameter": (
+        "def run(s, bs):\n"
+        "  for b in bs:\n"
+        "    s, m = p_step(s, common_utils.shard(b))\n"
+        "  return m\n"
+        "run(np.stack([np.zeros(3)] * 8), [np.ones((16, 3))])\n",
+        "argument 0 of p_step, `s`: where it comes from is not in view"),
+    # pmap gave each device the whole stacked array: the global placement
+    # would give it another value.
+    "a global batch broadcast": (
+        "p_whole = jax.pmap(train_step, 'batch', in_axes=(0, None))\n"
+        "s = jax_utils.replicate(s0)\n"
+        "s, m = p_step(s, common_utils.shard(b0))\n"
+        "s, m = p_whole(s, common_utils.shard(b0))\n",
+        "argument 1 of p_whole is global batch (made by a shard"),
+    "a replicated value broadcast": (
+        "p_whole = jax.pmap(train_step, 'batch', in_axes=(None, 0))\n"
+        "s = jax_utils.replicate(s0)\n"
+        "s, m = p_step(s, common_utils.shard(b0))\n"
+        "s, m = p_whole(s, common_utils.shard(b0))\n",
+        "argument 0 of p_whole is replicated (made by a replicate"),
+    "[0] of a replicated value": (
+        "s = jax_utils.replicate(s0)\n"
+        "out, m = p_step(s, common_utils.shard(b0))\n"
+        "print(s[0])\n",
+        "s[0] of a replicated value: device 0's copy where s is an array"),
+    # The placement is written; where its value goes is not followed.
+    "inside a comprehension": ("def run(s, bs):\n"
+                               "  s = jax_utils.replicate(s)\n"
+                               "  for b in (common_utils.shard(x) "
+                               "for x in bs):\n"
+                               "    s, m = p_step(s, b)\n",
+                               "goes where its layout cannot be followed"),
+    "read both ways": ("def run(s, b, log):\n"
+                       "  s = jax_utils.replicate(s)\n"
+                       "  b = common_utils.shard(b)\n"
+                       "  s, m = p_step(s, b)\n"
+                       "  print(jax_utils.unreplicate(m))\n"
+                       "  s, m = p_step(s, b)\n  log.append(m)\n",
+                       "output 1 of p_step is read as one value at line"),
+    "two axes": ("q_step = jax.pmap(train_step, axis_name='other')\n"
+                 "def run(s, b):\n  s = jax_utils.replicate(s)\n"
+                 "  b = common_utils.shard(b)\n"
+                 "  return p_step(s, b), q_step(s, b)\n",
+                 "the pmaps name 2 axes"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BLOCKED))
+def test_each_construct_it_cannot_take_is_reported_by_line(case, tmp_path,
+                                                          capsys):
+  body, why = BLOCKED[case]
+  source = tmp_path / "team.py"
+  source.write_text(_STEP + body)
+  port = tmp_path / "team_global.py"
+  assert rewrite.main([str(source), "-o", str(port), "--global"]) == 1
+  out = capsys.readouterr().out
+  lines = [line for line in out.splitlines() if why in line]
+  assert lines, out
+  assert all(re.search(r"team\.py:\d+: NEEDS A PERSON: global step not "
+                       "written", line) for line in lines), lines
+  # The first step is written instead: pmap's layout at every call site.
+  assert "jax.shard_map(" in port.read_text()
+  assert "jax.device_put(" not in port.read_text()
