@@ -107,7 +107,7 @@ BLOCKED = {
         "    s, m = p_step(s, common_utils.shard(b))\n"
         "  return m\n"
         "run(np.stack([np.zeros(3)] * 8), [np.ones((16, 3))])\n",
-        "argument 0 of p_step, `s`: where it comes from is not in view"),
+        "s holds values of different layouts here"),
     # pmap gave each device the whole stacked array: the global placement
     # would give it another value.
     "a global batch broadcast": (
@@ -141,11 +141,17 @@ BLOCKED = {
                        "  print(jax_utils.unreplicate(m))\n"
                        "  s, m = p_step(s, b)\n  log.append(m)\n",
                        "output 1 of p_step is read as one value at line"),
-    "two axes": ("q_step = jax.pmap(train_step, axis_name='other')\n"
-                 "def run(s, b):\n  s = jax_utils.replicate(s)\n"
-                 "  b = common_utils.shard(b)\n"
-                 "  return p_step(s, b), q_step(s, b)\n",
-                 "the pmaps name 2 axes"),
+    # The loop's first value: its callers' (followed), a layout at one
+    # and another at the other.
+    "a loop's state from callers that disagree": (
+        "def run(s, bs):\n"
+        "  for b in bs:\n"
+        "    s, m = p_step(s, common_utils.shard(b))\n"
+        "  return m\n"
+        "r = jax_utils.replicate(s0)\n"
+        "run(r, [b0])\n"
+        "run(np.stack([s0] * 8), [b0])\n",
+        "r is placed once on the mesh now"),
 }
 
 

@@ -27,6 +27,7 @@ not written for the file.
 
 import libcst as cst
 
+from compare._src import global_calls
 from compare._src import global_reader
 from compare._src import rewrite_pmap
 from compare._src.global_idioms import code_of
@@ -35,6 +36,7 @@ from compare._src.global_idioms import is_shard_call
 from compare._src.global_layouts_types import B
 from compare._src.global_layouts_types import Blocker
 from compare._src.global_layouts_types import CONFLICT
+from compare._src.global_layouts_types import CYCLE
 from compare._src.global_layouts_types import R
 from compare._src.global_layouts_types import S
 from compare._src.global_layouts_types import StepLayout
@@ -42,13 +44,14 @@ from compare._src.global_layouts_types import StepLayout
 __all__ = ["B", "Blocker", "CONFLICT", "R", "S", "StepLayout", "read"]
 
 
-class _Layouts:
+class _Layouts(global_calls.Followed):
   """The reading's answers: each name's layout where it is read, each
   step's outputs, the places that block."""
 
   def __init__(self, reader: global_reader.Reader):
     self.r = reader
     self.blockers = list(reader.blockers)
+    self._active = set()  # the bindings whose layout is being read
 
   def _assigns(self, scope, name):
     found = self.r.assigns.get((scope, name))
@@ -88,7 +91,9 @@ class _Layouts:
       # outside (a parameter, the caller's), out of view whatever the loop
       # makes of it.
       return None
-    kinds = {self._of(scope, a, depth, strict) for a in bindings}
+    kinds = {self._of(scope, a, depth, strict) for a in bindings} - {CYCLE}
+    if not kinds:
+      return CYCLE if depth else None
     if len(kinds) == 1:
       return kinds.pop()
     if not strict and not kinds & {R, B, "biter", CONFLICT}:
@@ -99,13 +104,30 @@ class _Layouts:
     return CONFLICT
 
   def _of(self, scope, assign, depth, strict=True):
+    # A binding met again while its own layout is being read (a loop
+    # through the program's functions: `state = sync(state)`): the others
+    # decide, as a loop's first value and body do.
+    key = (scope, id(assign))
+    if key in self._active:
+      return CYCLE
+    self._active.add(key)
+    try:
+      return self._of_binding(scope, assign, depth, strict)
+    finally:
+      self._active.discard(key)
+
+  def _of_binding(self, scope, assign, depth, strict):
     kind = assign.kind
     if isinstance(kind, str):
       return kind
+    if kind[0] == "param":
+      return self.parameter_kind(kind[1], kind[2], depth + 1)
+    if kind[0] == "expr":
+      return self.expression_kind(scope, kind[1], assign.line, depth + 1)
     if kind[0] == "out":
       step = self.r.steps.get(kind[1])
       if step is None:
-        return self._returned(kind[1], depth)
+        return self.returned(kind[1], depth, kind[2])
       outs = step.outs
       if outs is None:
         return S
@@ -138,11 +160,17 @@ class _Layouts:
         # Not `x[0]`: of a tuple it is the first element, stacked, not one
         # device's copy, and which it is shows only when it runs; kept
         # stacked, the output reads as it did whichever it is.
-        read_once = reads and all(
-            hows & {"unreplicate", "tree0", "step"}
-            for *_, hows, _ in reads)
+        # Given to a function, `.replace`d or returned, it goes where
+        # `global_calls` follows it: a place there if not read as one.
+        read_once = any(hows & {"unreplicate", "tree0", "step"}
+                        for *_, hows, _ in reads) and all(
+                            hows & {"unreplicate", "tree0", "step", "param",
+                                    "replace", "return"}
+                            for *_, hows, _ in reads)
         kind = R if read_once else S
         sites.setdefault(a.kind[1:], {})[kind] = a.line
+    for name, line in self.r.inline:  # put into a `state.replace(...)`
+      sites.setdefault((name, None), {})[R] = line
     for step in self.r.steps.values():
       keys = [j for (name, j) in sites if name == step.name]
       if not keys:
@@ -165,15 +193,20 @@ class _Layouts:
           outs = next(iter(kinds))
       step.outs = outs
 
-  def expression_kind(self, scope, node, line):
+  def expression_kind(self, scope, node, line, depth=0):
     if is_replicate_call(node, self.r.known):
       return R
     if is_shard_call(node, self.r.known):
       return B
+    if global_calls.is_replace(node):
+      return self.replace_kind(scope, node, line, depth)
+    if isinstance(node, cst.Call) and rewrite_pmap.dotted(
+        node.func) in self.r.steps:
+      return self.inline_output_kind(node)
     root = self.r._root(node)  # pylint: disable=protected-access
     if root is None:
       return S
-    return self.kind(scope, root.value, line)
+    return self.kind(scope, root.value, line, depth)
 
   def resolve_arguments(self):
     for scope, name, line, call in self.r.calls:
@@ -214,36 +247,6 @@ class _Layouts:
         continue
       step.args = kinds
 
-  def _returned(self, function, depth):
-    """What a call of `function` holds: "biter" where it returns only
-    global batches (flax imagenet's `create_input_iter`), R where it returns
-    only a replicated value by name (`optimizer = replicate(optimizer);
-    return optimizer`, as flax's cifar10 example did), else S."""
-    returns = self.r.returns.get(function, [])
-    kinds = {self.kind(function, node.value, line, depth + 1)
-             if isinstance(node, cst.Name) else S for line, node in returns}
-    return kinds.pop() if kinds in ({"biter"}, {R}) else S
-
-  def _returned_to_names(self, function, line, kind):
-    """A function that returns global batches or a replicated value is
-    called as `x = f(...)` only, where the reading follows them."""
-    what = "global batches" if kind == "biter" else "a replicated value"
-    for at, call in self.r.seen_calls:
-      if (rewrite_pmap.dotted(call.func) == function
-          and id(call) not in self.r.assigned_calls):
-        self.blockers.append(Blocker(at, (
-            f"{function} returns {what} (line {line}): call it as "
-            f"`x = {function}(...)` so that it can be followed")))
-    # Handed on as a value (`map(create, seeds)`), its results go where
-    # the reading does not follow them.
-    called = {id(call.func) for _, call in self.r.seen_calls}
-    for _, name, at, _, node in self.r.reads:
-      if name == function and id(node) not in called:
-        self.blockers.append(Blocker(at, (
-            f"{function} returns {what} (line {line}) and is used here as "
-            f"a value: call it as `x = {function}(...)` so that it can be "
-            "followed")))
-
   def check_reads(self):
     """Every read of a replicated value or a global batch is one the
     global layout keeps; the reads the rewrite drops (`unreplicate`, a
@@ -260,8 +263,7 @@ class _Layouts:
                  }.get(kind)
       if allowed is None:
         continue
-      if kind == R and "return" in hows and self._returned(scope, 0) == R:
-        allowed = allowed | {"return"}  # followed to each `x = f(...)`
+      allowed = allowed | self._followed_reads(scope, kind, hows, node, line)
       if kind == R and hows == {"index0"}:
         self.blockers.append(Blocker(line, (
             f"{name}[0] of a replicated value: device 0's copy where {name} "
@@ -278,11 +280,30 @@ class _Layouts:
                         "with next()"}[kind]
         self.blockers.append(Blocker(line, f"{name} is {why} "
                                      "(docs/MIGRATION.md#idiom-map)"))
-      elif kind in ("biter", R) and "return" in hows:
-        self._returned_to_names(scope, line, kind)
       elif kind == R and hows & {"unreplicate", "tree0"}:
         container, inner = self.r.containers[id(node)]
         self.r.replace[id(container)] = inner
+
+
+  def _followed_reads(self, scope, kind, hows, node, line) -> set:
+    """The reads `global_calls` follows that keep `kind`: given to a
+    parameter taking it, `x.replace(...)` of it, returned where each
+    call's `x = f(...)` takes it."""
+    followed = set()
+    if "param" in hows:
+      function, _, arg = self.r.param_of[id(node)]
+      definition = self.followed_function(function)
+      param = definition and global_calls.parameter_of(
+          definition.node, self.r.param_of[id(node)][1], arg)
+      if param and self.parameter_kind(function, param) == kind:
+        followed.add("param")
+    if "replace" in hows and kind == R and self.replace_kind(
+        scope, self.r.replaces[id(node)], line) == R:
+      followed.add("replace")
+    if "return" in hows and kind == R and self.returned(
+        scope, 0, self.r.return_at.get(id(node))) == R:
+      followed.add("return")
+    return followed
 
 
 def read(wrapper, builds_pmap, is_pmap_decorator, declared=None):
@@ -299,6 +320,7 @@ def read(wrapper, builds_pmap, is_pmap_decorator, declared=None):
   layouts.resolve_outputs()
   layouts.resolve_arguments()
   layouts.check_reads()
+  layouts.check_returns()
   blockers = sorted(set(layouts.blockers), key=lambda b: b.line)
   return (reader.steps, reader.replace, reader.known, blockers,
-          reader.shadowed)
+          reader.shadowed, layouts.notes())

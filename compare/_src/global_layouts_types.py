@@ -4,6 +4,7 @@ import dataclasses
 
 R, B, S = "replicated", "global batch", "stacked"
 CONFLICT = "conflict"  # a name of two layouts: already a `Blocker`
+CYCLE = "cycle"  # a binding met again while read: the others decide
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,6 +6,7 @@ import dataclasses
 import libcst as cst
 from libcst import metadata
 
+from compare._src import global_calls
 from compare._src import global_idioms
 from compare._src import rewrite_pmap
 from compare._src.global_idioms import is_index0
@@ -86,6 +87,16 @@ class Reader(cst.CSTVisitor):
     self.shadowed = set()  # lines of steps a later one of their name hides
     self.returns = {}     # function -> [(line, returned node)]
     self.assigned_calls = set()  # ids of the calls `name = f(...)` binds
+    self.unpacked_calls = {}  # id of a call `a, b = f(...)` unpacks -> 2
+    self.return_at = {}   # id(root Name) returned -> its place in a tuple
+    # The program's own functions, followed into (`global_calls`): each
+    # def by name, each call of one by name, each argument's parameter.
+    self.functions = {}   # name -> [global_calls.Def]
+    self.function_calls = []  # (scope, name, line, call node)
+    self.param_of = {}    # id(root Name) given -> (function, call node, arg)
+    self.replaces = {}    # id(root Name) -> its `x.replace(k=v)` call
+    self.inline = []      # (step, line): an output put into `x.replace`
+    self._inline = set()  # ids of `x.replace(k=v)`'s values
 
   def _pos(self, node):
     return self.get_metadata(metadata.PositionProvider, node)
@@ -126,6 +137,9 @@ class Reader(cst.CSTVisitor):
     self.steps[step.name] = step
 
   def visit_FunctionDef(self, node):
+    self.functions.setdefault(node.name.value, []).append(global_calls.Def(
+        self._line(node), node, len(self._scope) == 1 and not any(
+            self._own)))
     name = splitter_name(node)
     if name:
       self.known.splitters.add(name)
@@ -139,6 +153,10 @@ class Reader(cst.CSTVisitor):
     self.params[node.name.value] = {
         p.name.value for p in (*node.params.params, *node.params.kwonly_params,
                                 *node.params.posonly_params)}
+    line = self._line(node)
+    for param in self.params[node.name.value]:
+      # Its value is the callers' (`global_calls.parameter_kind`).
+      self._bind(param, line, line, ("param", node.name.value, param))
     return True
 
   def leave_FunctionDef(self, node):
@@ -212,6 +230,12 @@ class Reader(cst.CSTVisitor):
       self.returns.setdefault(self._scope[-1], []).append(
           (self._line(node), node.value))
       self._allow(node.value, "return")
+      if isinstance(node.value, cst.Tuple):  # `return state, metrics`
+        for j, element in enumerate(node.value.elements):
+          root = self._root(element.value)
+          if root is not None:
+            self._allow(element.value, "return")
+            self.return_at[id(root)] = j
 
   def _names(self, target):
     """The names a target binds (`x`, `(x, y)`, `[x, *rest]`)."""
@@ -242,6 +266,8 @@ class Reader(cst.CSTVisitor):
     step = (rewrite_pmap.dotted(value.func) if isinstance(value, cst.Call)
             else "")
     if isinstance(target, (cst.Tuple, cst.List)):
+      if isinstance(value, cst.Call):
+        self.unpacked_calls[id(value)] = len(target.elements)
       for j, element in enumerate(target.elements):
         if isinstance(element.value, cst.Name):
           self._bind(element.value.value, line, end,
@@ -263,6 +289,8 @@ class Reader(cst.CSTVisitor):
     elif step == "next" and len(value.args) == 1:
       kind = ("alias-iter", value.args[0].value)
       self._allow(value.args[0].value, "biter")
+    elif global_calls.is_replace(value):
+      kind = ("expr", value)  # `state.replace(k=v)`: judged whole
     elif step:
       kind = ("out", step, None)
     elif self._root(value) is not None:
@@ -301,9 +329,17 @@ class Reader(cst.CSTVisitor):
     self.seen_calls.append((line, node))
     if name in self.steps:
       self.calls.append((self._scope[-1], name, line, node))
+      if id(node) in self._inline:
+        self.inline.append((name, line))
       for arg in node.args:
         self._allow(arg.value, "step")
         self._followed.add(id(arg.value))
+    elif global_calls.is_replace(node):
+      root = self._root(node.func.value)
+      self._allow(node.func.value, "replace")
+      self.replaces[id(root)] = node
+      for arg in node.args:
+        self._inline.add(id(arg.value))
     elif is_unreplicate_call(node):
       self._allow(node.args[0].value, "unreplicate", node)
     elif is_tree_index0(node):
@@ -316,6 +352,15 @@ class Reader(cst.CSTVisitor):
           "prefetch_to_device's batches given by keyword or */**: place "
           "each global batch with NamedSharding(mesh, P(axis)) by hand "
           "(docs/MIGRATION.md#prefetch)")))
+    elif isinstance(node.func, cst.Name):
+      # A call of the program's own function: what it is given is judged
+      # where its parameter is read (`global_calls`).
+      self.function_calls.append((self._scope[-1], name, line, node))
+      for arg in node.args:
+        root = self._root(arg.value)
+        if root is not None and not arg.star:
+          self._allow(arg.value, "param")
+          self.param_of[id(root)] = (name, node, arg)
     return True
 
   def leave_Module(self, original_node):

@@ -159,9 +159,16 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
     return self._replace[id(original)].deep_clone()
 
 
-def _axis_of(module, aliases, line, path) -> tuple[str | None, list]:
-  """The one axis every pmap names (its source), or None with a blocker
-  at `line` (the first pmap's)."""
+def _axis_of(module, aliases, line, path):
+  """The axis the placements name (its source), or None with a blocker at
+  `line` (the first pmap's); and a finding where the pmaps name several.
+
+  pmaps over several axes, none inside another (the first step refuses
+  that), each map every local device: each step gets its own 1-D mesh of
+  them, named as its pmap named its axis. A value placed on one of those
+  meshes is laid out on the devices as on any other (jit takes it as it
+  is), so the placements name one: the axis most pmaps name.
+  """
   reader = rewrite_pmap.PmapRewriter(aliases, path)
   wrapper = metadata.MetadataWrapper(module)
   wrapper.visit(reader)
@@ -169,14 +176,17 @@ def _axis_of(module, aliases, line, path) -> tuple[str | None, list]:
   if "*" in axes:
     return None, [global_layouts.Blocker(line, (
         "a pmap's axis_name is an expression, not a string: the global "
-        "step writes the mesh's axis by name; give it the name"))]
-  if len(axes) != 1:
-    return None, [global_layouts.Blocker(line, (
-        f"the pmaps name {len(axes)} axes ({sorted(axes)}"
-        + ("; 'devices' is a pmap's that names none" if reader.unnamed
-           else "") + "): the global step takes one 1-D mesh; a 2-D mesh is "
-        "written by hand (docs/MIGRATION.md#nested-pmap)"))]
-  return f"\"{next(iter(axes))}\"", []
+        "step writes the mesh's axis by name; give it the name"))], []
+  named = reader.axis_names + ["devices"] * reader.unnamed
+  axis = max(sorted(axes), key=named.count)
+  if len(axes) == 1:
+    return f"\"{axis}\"", [], []
+  return f"\"{axis}\"", [], [Finding(line, "changed", (
+      f"the pmaps name {len(axes)} axes ({sorted(axes)}"
+      + ("; 'devices' is a pmap's that names none" if reader.unnamed
+         else "") + "), none inside another: each step a 1-D mesh of the "
+      f"local devices named as its pmap's axis; placements on '{axis}''s "
+      "(the same devices, in the same order)"))]
 
 
 def rewrite_global_source(source: str, path: str = "<string>",
@@ -215,12 +225,11 @@ def rewrite_global_source(source: str, path: str = "<string>",
         "first step"),), first.ports)
   module = cst.parse_module(source)
   aliases = rewrite_file.pmap_aliases(module)
-  axis, blockers = _axis_of(module, aliases,
-                            min((p.line for p in first.ports), default=1),
-                            path)
+  axis, blockers, axes_finding = _axis_of(
+      module, aliases, min((p.line for p in first.ports), default=1), path)
   rewriter = rewrite_pmap.PmapRewriter(aliases, path)
   wrapper = metadata.MetadataWrapper(module)
-  steps, replace, known, found, shadowed = global_layouts.read(
+  steps, replace, known, found, shadowed, notes = global_layouts.read(
       wrapper, rewriter.builds_pmap, rewriter.is_pmap_decorator,
       declared and declared.name)
   blockers += found
@@ -277,7 +286,8 @@ def rewrite_global_source(source: str, path: str = "<string>",
         for b in writer.blockers), first.ports)
   return rewrite_file.Rewrite(
       rewrite_file.with_imports(new.code, module, writer.uses_static),
-      tuple(sorted(writer.findings + declared_findings,
+      tuple(sorted(writer.findings + declared_findings + axes_finding + [
+          Finding(line, "changed", text) for line, text in notes],
                    key=lambda f: f.line)),
       tuple(writer.ports))
 

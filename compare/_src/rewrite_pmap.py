@@ -150,6 +150,7 @@ class PmapRewriter(cst.CSTTransformer):
     self._path = path  # where imported axis constants are read from
     self.findings: list[Finding] = []
     self.axes: set[str] = set()
+    self.axis_names: list[str] = []  # one per pmap naming its axis
     # A pmap naming no axis is written over "devices" (no collective of
     # the original can name it): the global step's one axis then.
     self.unnamed = False
@@ -183,6 +184,7 @@ class PmapRewriter(cst.CSTTransformer):
     axis = named.get("axis_name")
     if axis is not None:
       self.axes.add(self._axis_value(axis))
+      self.axis_names.append(self._axis_value(axis))
     for key, why in _FOR_A_PERSON.items():
       if key in named:
         self.findings.append(Finding(line, "person", why))

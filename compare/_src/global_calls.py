@@ -1,0 +1,234 @@
+"""The program's own functions, followed by the global step's reading.
+
+A value the second step places (a replicated state, a global batch) often
+passes through the program's own functions: flax's imagenet example syncs
+its state in `sync_batch_stats(state)` (`state.replace(batch_stats=
+cross_replica_mean(state.batch_stats))`), saves it in `save_checkpoint(state,
+workdir)` (`jax.tree.map(lambda x: x[0], state)`) and returns it; a team's
+`train(state, steps)` returns `(state, metrics)`. The reading follows each:
+
+- a parameter takes the layout every call of its function gives it, where
+  the function is defined once, undecorated, called by name and never
+  handed on as a value; any other is out of view, as before;
+- `x.replace(k=v, ...)` of a replicated `x` is replicated where every `v`
+  is (a step's output put there is read as one value);
+- what a function returns, by name or as a tuple's element, reaches each
+  `x = f(...)` or `a, b = f(...)`, and only those.
+
+Each of those is what the file's own calls give and take: a public
+function's callers in another file are out of view, and the report says
+what they now give or get (`notes`).
+"""
+
+import dataclasses
+
+import libcst as cst
+
+from compare._src import rewrite_pmap
+from compare._src.global_idioms import code_of
+from compare._src.global_layouts_types import B
+from compare._src.global_layouts_types import Blocker
+from compare._src.global_layouts_types import CONFLICT
+from compare._src.global_layouts_types import CYCLE
+from compare._src.global_layouts_types import R
+from compare._src.global_layouts_types import S
+
+PLACED = (R, B, "biter")
+_LITERALS = (cst.Integer, cst.Float, cst.SimpleString)
+
+
+@dataclasses.dataclass(frozen=True)
+class Def:
+  """A function the program defines: its line, node, and whether at
+  module level (where another file may import it)."""
+
+  line: int
+  node: cst.FunctionDef
+  module_level: bool
+
+
+def is_replace(node) -> bool:
+  """`x.replace(k=v, ...)`: a flax struct's or TrainState's copy with
+  fields replaced, by keyword only."""
+  return (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+          and node.func.attr.value == "replace" and bool(node.args)
+          and all(a.keyword is not None for a in node.args))
+
+
+def _argument(definition, call, param):
+  """The expression `call` gives `param` of `definition`; None where the
+  default is taken; False where it cannot be read (`*args`, `**kwargs`)."""
+  if any(a.star for a in call.args):
+    return False
+  params = definition.params
+  names = [p.name.value for p in (*params.posonly_params, *params.params)]
+  positional = [a for a in call.args if a.keyword is None]
+  for name, arg in zip(names, positional):
+    if name == param:
+      return arg.value
+  for arg in call.args:
+    if arg.keyword is not None and arg.keyword.value == param:
+      return arg.value
+  return None
+
+
+def parameter_of(definition, call, arg) -> str | None:
+  """The parameter of `definition` that `call`'s `arg` is given to."""
+  if arg.keyword is not None:
+    return arg.keyword.value
+  params = definition.params
+  names = [p.name.value for p in (*params.posonly_params, *params.params)]
+  positional = [a for a in call.args if a.keyword is None]
+  at = next(i for i, a in enumerate(positional) if a is arg)
+  return names[at] if at < len(names) else None
+
+
+def _default_kind(definition, param):
+  """S where `param`'s default is a literal (no layout), else None."""
+  for p in (*definition.params.posonly_params, *definition.params.params,
+            *definition.params.kwonly_params):
+    if p.name.value == param and p.default is not None:
+      default = p.default
+      if isinstance(default, _LITERALS) or (isinstance(default, cst.Name) and
+                                            default.value in ("None", "True",
+                                                              "False")):
+        return S
+  return None
+
+
+class Followed:
+  """The `global_layouts._Layouts` answers about the program's functions
+  (mixed in: `self.r` is the reading, `self.kind` and
+  `self.expression_kind` its answers, `self.blockers` its places)."""
+
+  def followed_function(self, name):
+    """The def of `name` the reading follows into, or None: defined once,
+    undecorated, no step, called by name only (never a value)."""
+    defs = self.r.functions.get(name, [])
+    if len(defs) != 1 or defs[0].node.decorators or name in self.r.steps:
+      return None
+    called = {id(call.func) for *_, call in self.r.function_calls}
+    if any(read == name and id(node) not in called
+           for _, read, _, _, node in self.r.reads):
+      return None
+    return defs[0]
+
+  def parameter_kind(self, function, param, depth=0):
+    """The layout every call of `function` gives `param`, or None."""
+    definition = self.followed_function(function)
+    calls = [c for c in self.r.function_calls if c[1] == function]
+    if definition is None or not calls or depth > 8:
+      return None
+    kinds = set()
+    for scope, _, line, call in calls:
+      arg = _argument(definition.node, call, param)
+      if arg is False:
+        return None
+      kinds.add(_default_kind(definition.node, param) if arg is None else
+                self.expression_kind(scope, arg, line, depth + 1))
+    kinds.discard(CYCLE)
+    if not kinds:
+      return CYCLE if depth else None
+    return kinds.pop() if len(kinds) == 1 and kinds <= {*PLACED, S} else None
+
+  def replace_kind(self, scope, node, line, depth=0):
+    """`x.replace(k=v, ...)`: R where `x` and every `v` are, S where none
+    is placed, else a `Blocker` (a state of two layouts)."""
+    base = self.expression_kind(scope, node.func.value, line, depth + 1)
+    values = [self.expression_kind(scope, a.value, line, depth + 1)
+              for a in node.args]
+    known = [k for k in (base, *values) if k != CYCLE]
+    if known and all(k == R for k in known):
+      return R
+    if {base, *values} & {*PLACED, CONFLICT}:
+      self.blockers.append(Blocker(line, (
+          f"{code_of(node.func.value)}.replace(...) puts values of other "
+          f"layouts together ({base} and {values}): place them alike by "
+          "hand (docs/MIGRATION.md#idiom-map)")))
+      return CONFLICT
+    return None if base is None or not known else S
+
+  def inline_output_kind(self, node):
+    """A step's output used where it is made (`x.replace(k=step(...))`)."""
+    step = self.r.steps.get(rewrite_pmap.dotted(node.func))
+    return step.outs if isinstance(step.outs, str) else S
+
+  def returned(self, function, depth=0, at=None):
+    """What a call of `function` holds (`at`: its tuple's element `at`):
+    "biter" or R where every return gives that, else S."""
+    kinds = set()
+    for line, node in self.r.returns.get(function, []):
+      if at is not None:
+        if not (isinstance(node, cst.Tuple) and at < len(node.elements)
+                and not isinstance(node.elements[at], cst.StarredElement)):
+          kinds.add(S)
+          continue
+        node = node.elements[at].value
+      kinds.add("tuple" if isinstance(node, cst.Tuple) else
+                self.expression_kind(function, node, line, depth + 1))
+    kinds.discard(CYCLE)
+    return kinds.pop() if kinds in ({"biter"}, {R}) else S
+
+  def _tuple_length(self, function):
+    lengths = {len(node.elements) if isinstance(node, cst.Tuple) else None
+               for _, node in self.r.returns.get(function, [])}
+    return lengths.pop() if len(lengths) == 1 else None
+
+  def check_returns(self):
+    """A function returning placed values is called only where the
+    reading follows them: `x = f(...)`, or `a, b = f(...)` for a tuple."""
+    for function, returns in self.r.returns.items():
+      line = returns[0][0]
+      whole = self.returned(function)
+      length = self._tuple_length(function)
+      kinds = [self.returned(function, 0, j) for j in range(length or 0)]
+      if whole in PLACED:
+        self._returned_to_names(function, line, whole, None)
+      elif set(kinds) & set(PLACED):
+        self._returned_to_names(function, line, next(
+            k for k in kinds if k in PLACED), length)
+
+  def _returned_to_names(self, function, line, kind, length):
+    what = "global batches" if kind == "biter" else "a replicated value"
+    form = (f"x = {function}(...)" if length is None else
+            ", ".join("xyzuvw"[:length]) + f" = {function}(...)")
+    for at, call in self.r.seen_calls:
+      if rewrite_pmap.dotted(call.func) != function:
+        continue
+      if (id(call) not in self.r.assigned_calls if length is None
+          else self.r.unpacked_calls.get(id(call)) != length):
+        self.blockers.append(Blocker(at, (
+            f"{function} returns {what} (line {line}): call it as "
+            f"`{form}` so that it can be followed")))
+    # Handed on as a value (`map(create, seeds)`), its results go where
+    # the reading does not follow them.
+    called = {id(call.func) for _, call in self.r.seen_calls}
+    for _, name, at, _, node in self.r.reads:
+      if name == function and id(node) not in called:
+        self.blockers.append(Blocker(at, (
+            f"{function} returns {what} (line {line}) and is used here as "
+            f"a value: call it as `{form}` so that it can be followed")))
+
+  def notes(self):
+    """What each public module-level function now takes or returns, as
+    this file's calls give and read it: `(line, text)`; a caller in
+    another file, if any, is out of view."""
+    found = []
+    for name, defs in self.r.functions.items():
+      if name.startswith("_") or len(defs) != 1 or not defs[0].module_level:
+        continue
+      params = sorted(p for p in self.r.params.get(name, ())
+                      if self.parameter_kind(name, p) in PLACED)
+      length = self._tuple_length(name)
+      gives = [self.returned(name)] + [self.returned(name, 0, j)
+                                       for j in range(length or 0)]
+      if not params and not set(gives) & set(PLACED):
+        continue
+      what = ", ".join(
+          [f"takes {p} as {self.parameter_kind(name, p)}" for p in params]
+          + (["returns global arrays"] if set(gives) & set(PLACED) else []))
+      found.append((defs[0].line, (
+          f"{name} {what}, as this file's calls give and read it: a caller "
+          "in another file, if any, now gives and gets global arrays "
+          "(placed once with NamedSharding), not pmap's [devices, ...]")))
+    return found
