@@ -59,14 +59,20 @@ def save(state, log):
   log.append(np.asarray(state.stats).round(6).tolist())
 
 
+def report(metrics):
+  print(np.asarray(metrics).round(5).tolist())  # one loss per device
+
+
 def train(state, batches, log):
   p_step = jax.pmap(train_step, axis_name="batch")
   metrics = None
   for i, batch in enumerate(batches):
     state, metrics = p_step(state, common_utils.shard(batch))
+    report(metrics)
     if i % 2 == 1:
       state = sync_stats(state)
       save(state, log)
+  state = sync_stats(state)  # synced again, as before a checkpoint
   return state, metrics
 
 
@@ -155,8 +161,7 @@ BLOCKED = {
     "a tuple return kept whole": (
         ("  state, metrics = train(state, batches, log)\n",
          "  out = train(state, batches, log)\n  state, metrics = out\n"),
-        "train returns a replicated value (line 51): call it as `x, y = "
-        "train(...)`"),
+        "call it as `x, y = train(...)` so that it can be followed"),
     # Handed on as a value, its calls are not all in view.
     "a function handed on": (
         ("      state = sync_stats(state)\n",
