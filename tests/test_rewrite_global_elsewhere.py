@@ -101,15 +101,24 @@ def test_a_read_of_the_replicated_value_itself_is_still_refused():
   assert any("w is placed once on the mesh now" in t for t in person), person
 
 
-def test_a_named_and_an_unnamed_pmap_are_two_axes():
-  source = NO_AXIS.replace(
+def test_a_named_and_an_unnamed_pmap_take_a_mesh_each(tmp_path, capsys):
+  # Two axes, neither pmap inside the other: each its own 1-D mesh of the
+  # same devices (a pmap inside a pmap is a 2-D mesh, left to a person).
+  source, port = tmp_path / "two.py", tmp_path / "two_global.py"
+  source.write_text(NO_AXIS.replace(
       "for step in range(3):",
       "mean = jax.pmap(lambda v: jax.lax.pmean(v, 'batch'), 'batch')\n"
-      "for step in range(3):")
-  both = rewrite_global.rewrite_global_source(source)
-  person = [f.text for f in both.findings if f.kind == "person"]
-  assert any(re.search(r"2 axes \(\['batch', 'devices'\]; 'devices' is a "
-                       r"pmap.s that names none\)", t) for t in person), person
+      "for step in range(3):").replace(
+          "print(float(jax_utils.unreplicate(w)))",
+          "print(float(jax_utils.unreplicate(mean(w))))"))
+  code = rewrite.main([str(source), "-o", str(port), "--global"])
+  out = capsys.readouterr().out
+  assert code == 0, out
+  assert re.search(r"changed: the pmaps name 2 axes \(\['batch', 'devices'\]; "
+                   r"'devices' is a pmap.s that names none\), none inside "
+                   "another", out), out
+  assert "mesh=_pmap_mesh('batch')" in port.read_text()
+  assert _script_output(port) == _script_output(source)
 
 
 def _accuracies(script, cwd):

@@ -125,18 +125,23 @@ def test_the_state_is_followed_through_the_programs_functions(tmp_path,
 def test_public_functions_name_what_they_now_take_and_return(tmp_path,
                                                              capsys):
   _, _, _, out = _rewritten(tmp_path, capsys, SYNCED)
-  for name, what in (("sync_stats", "takes state as replicated, returns "
-                      "global arrays"), ("save", "takes state as "
-                                         "replicated"),
-                     ("train", "takes state as replicated, returns "
-                      "global arrays")):
-    assert re.search(rf"team\.py:\d+: changed: {name} {what}, as this "
-                     "file's calls give and read it: a caller in another "
-                     "file", out), (name, out)
+  for name, what in (("sync_stats", "takes state replicated and returns "
+                      "global arrays"), ("save", "takes state replicated"),
+                     ("train", "takes state replicated and returns global "
+                      "arrays")):
+    assert re.search(rf"team\.py:\d+: changed: callers in other files: "
+                     rf"{name} {what}, as this file's calls give and read "
+                     "them; a caller in another file, if any", out), (name,
+                                                                      out)
+  assert re.search(r", 3 public function\(s\) now taking or returning "
+                   r"global arrays \(callers in other files: out of view\)",
+                   out), out
+  # Notes, not call sites: 3 placements (replicate, shard, tree map of
+  # x[0]) and 3 reads (two unreplicates; the metrics' stays).
   private = SYNCED.replace("sync_stats", "_sync_stats")
   _, _, _, out = _rewritten(tmp_path, capsys, private, "private")
-  assert "changed: _sync_stats" not in out, out
-  assert "changed: train takes" in out, out
+  assert "files: _sync_stats" not in out, out
+  assert "files: train takes" in out, out
 
 
 # Each: (what replaces what in SYNCED, the place's words).
@@ -145,12 +150,21 @@ BLOCKED = {
     # hand-stacked state, which keeps pmap's layout.
     "calls that disagree": (
         ("  log = []\n", "  log = []\n  sync_stats(np.stack([1.0] * 8))\n"),
-        "state is placed once on the mesh now"),
+        "the step's output is read per device at line(s) ["),
+    # One call gives the parameter the replicated state, the other a state
+    # stacked by hand.
+    "a parameter given two layouts": (
+        [("def main():\n", "def show(s):\n  print(jax_utils.unreplicate(s)"
+          ".step)\n\n\ndef main():\n"),
+         ("  log = []\n", "  log = []\n  show(state)\n  show(State(np.zeros("
+          "(8, 3)), np.zeros((8, 3)), np.zeros(8, np.int32)))\n")],
+        "show's parameter s is given values of different layouts: "
+        "replicated at line"),
     # Read per device inside the function it is given to.
     "read per device in the function": (
         ("def save(state, log):\n", "def save(state, log):\n"
          "  print(state.stats.shape)\n"),
-        "state is placed once on the mesh now"),
+        "the step's output is read per device at line(s) ["),
     # A replicated state's field replaced by a value of another layout.
     "replace with a stacked value": (
         ("  return state.replace(stats=cross_replica_mean(state.stats))\n",
@@ -161,7 +175,7 @@ BLOCKED = {
     "a tuple return kept whole": (
         ("  state, metrics = train(state, batches, log)\n",
          "  out = train(state, batches, log)\n  state, metrics = out\n"),
-        "call it as `x, y = train(...)` so that it can be followed"),
+        "the step's output is read per device at line(s) ["),
     # Handed on as a value, its calls are not all in view.
     "a function handed on": (
         ("      state = sync_stats(state)\n",
@@ -181,9 +195,12 @@ BLOCKED = {
 @pytest.mark.parametrize("case", sorted(BLOCKED))
 def test_what_the_functions_do_not_show_is_reported_by_line(case, tmp_path,
                                                             capsys):
-  (old, new), why = BLOCKED[case]
-  assert old in SYNCED
-  code, _, port, out = _rewritten(tmp_path, capsys, SYNCED.replace(old, new))
+  changes, why = BLOCKED[case]
+  text = SYNCED
+  for old, new in changes if isinstance(changes[0], tuple) else [changes]:
+    assert old in text
+    text = text.replace(old, new)
+  code, _, port, out = _rewritten(tmp_path, capsys, text)
   assert code == 1, out
   lines = [line for line in out.splitlines() if why in line]
   assert lines, out

@@ -34,6 +34,7 @@ from compare._src.global_layouts_types import R
 from compare._src.global_layouts_types import S
 
 PLACED = (R, B, "biter")
+CALLERS = "callers in other files: "  # how the report counts the notes
 _LITERALS = (cst.Integer, cst.Float, cst.SimpleString)
 
 
@@ -119,17 +120,71 @@ class Followed:
     calls = [c for c in self.r.function_calls if c[1] == function]
     if definition is None or not calls or depth > 8:
       return None
-    kinds = set()
+    given = {}
     for scope, _, line, call in calls:
       arg = _argument(definition.node, call, param)
       if arg is False:
         return None
-      kinds.add(_default_kind(definition.node, param) if arg is None else
-                self.expression_kind(scope, arg, line, depth + 1))
-    kinds.discard(CYCLE)
+      given.setdefault(_default_kind(definition.node, param) if arg is None
+                       else self.expression_kind(scope, arg, line, depth + 1),
+                       line)
+    kinds = set(given) - {CYCLE}
+    if len(kinds & {*PLACED, S}) > 1 and kinds & set(PLACED):
+      self.blockers.append(Blocker(definition.line, (
+          f"{function}'s parameter {param} is given values of different "
+          "layouts: " + ", ".join(f"{k} at line {given[k]}" for k in sorted(
+              kinds & {*PLACED, S})) + "; give it one layout")))
     if not kinds:
       return CYCLE if depth else None
     return kinds.pop() if len(kinds) == 1 and kinds <= {*PLACED, S} else None
+
+  def read_as_one(self, read, seen=frozenset()) -> bool:
+    """Whether `read` (of a step's output) takes one value, as
+    `unreplicate` does, or hands it on only to reads that do: a
+    parameter, a `.replace` or a return followed to where they go. Only
+    the file's reads: no layout is assumed (a loop back: the others
+    decide)."""
+    scope, _, _, hows, node = read
+    if hows & {"unreplicate", "tree0", "step"}:
+      return True
+    if "param" in hows:
+      function, call, arg = self.r.param_of[id(node)]
+      definition = self.followed_function(function)
+      param = definition and parameter_of(definition.node, call, arg)
+      bound = [a for a in self.r.assigns.get((function, param), [])
+               if a.kind == ("param", function, param)]
+      return bool(bound) and self._bound_as_one(function, param, bound[0],
+                                                seen)
+    if "replace" in hows:
+      call = self.r.replaces[id(node)]
+      named = [(s, n, a) for (s, n), assigns in self.r.assigns.items()
+               for a in assigns if a.kind == ("expr", call)]
+      if named:
+        return all(self._bound_as_one(*each, seen) for each in named)
+      if any(value is call for _, value in self.r.returns.get(scope, ())):
+        return self._returned_as_one(scope, None, seen)
+    elif "return" in hows:
+      return self._returned_as_one(scope, self.r.return_at.get(id(node)),
+                                   seen)
+    return False
+
+  def _bound_as_one(self, scope, name, binding, seen) -> bool:
+    key = (scope, name, binding.line)
+    if key in seen:
+      return True
+    return all(self.read_as_one(read, seen | {key})
+               for read in self._reads_of(scope, name, binding))
+
+  def _returned_as_one(self, function, at, seen) -> bool:
+    """Each call of `function` binds what it returns (element `at`) to
+    names read as one value. Called in no other way here, it is returned
+    to callers in other files (`notes` names a public one's)."""
+    calls = [c for _, c in self.r.seen_calls
+             if rewrite_pmap.dotted(c.func) == function]
+    bound = [(s, n, a) for (s, n), assigns in self.r.assigns.items()
+             for a in assigns if a.kind == ("out", function, at)]
+    return len(calls) == len(bound) and all(
+        self._bound_as_one(*each, seen) for each in bound)
 
   def replace_kind(self, scope, node, line, depth=0):
     """`x.replace(k=v, ...)`: R where `x` and every `v` are, S where none
@@ -224,11 +279,11 @@ class Followed:
                                        for j in range(length or 0)]
       if not params and not set(gives) & set(PLACED):
         continue
-      what = ", ".join(
-          [f"takes {p} as {self.parameter_kind(name, p)}" for p in params]
+      what = " and ".join(
+          [f"takes {p} {self.parameter_kind(name, p)}" for p in params]
           + (["returns global arrays"] if set(gives) & set(PLACED) else []))
       found.append((defs[0].line, (
-          f"{name} {what}, as this file's calls give and read it: a caller "
-          "in another file, if any, now gives and gets global arrays "
-          "(placed once with NamedSharding), not pmap's [devices, ...]")))
+          f"{CALLERS}{name} {what}, as this file's calls give and read "
+          "them; a caller in another file, if any, now gives and gets them "
+          "placed once (NamedSharding), not pmap's [devices, ...]")))
     return found

@@ -118,3 +118,25 @@ def splitter_name(node) -> str | None:
       text.startswith(f"return{arg}.reshape(")
       and f"{arg}.shape[0]//" in text and f"*{arg}.shape[1:])" in text
   ) else None
+
+
+def is_prefetch(node) -> bool:
+  """`prefetch_to_device(batches, n)`, its batches given first by position:
+  the global step places each batch it yields (`rewrite_global`)."""
+  return (isinstance(node, cst.Call) and rewrite_pmap.dotted(
+      node.func).endswith("prefetch_to_device") and bool(node.args)
+          and node.args[0].keyword is None and not node.args[0].star)
+
+
+def static_argnums(args) -> tuple[int, ...]:
+  """pmap's `static_broadcasted_argnums` among `args` (a literal; the
+  first step refuses any other)."""
+  for arg in args:
+    if arg.keyword and arg.keyword.value == "static_broadcasted_argnums":
+      value = arg.value
+      if isinstance(value, cst.Integer):
+        return (value.evaluated_value,)
+      if isinstance(value, (cst.Tuple, cst.List)):
+        return tuple(e.value.evaluated_value for e in value.elements
+                     if isinstance(e.value, cst.Integer))
+  return ()

@@ -52,6 +52,8 @@ class _Layouts(global_calls.Followed):
     self.r = reader
     self.blockers = list(reader.blockers)
     self._active = set()  # the bindings whose layout is being read
+    # A step's output read per device (`read_as_one`): (step, j) -> line.
+    self.read_per_device = {}
 
   def _assigns(self, scope, name):
     found = self.r.assigns.get((scope, name))
@@ -98,9 +100,15 @@ class _Layouts(global_calls.Followed):
       return kinds.pop()
     if not strict and not kinds & {R, B, "biter", CONFLICT}:
       return None
+    per_device = sorted({self.read_per_device[a.kind[1:]] for a in bindings
+                         if isinstance(a.kind, tuple) and a.kind[0] == "out"
+                         and a.kind[1:] in self.read_per_device})
     self.blockers.append(Blocker(line, (
         f"{name} holds values of different layouts here (bound at lines "
-        f"{sorted({a.line for a in bindings})}): place them alike by hand")))
+        f"{sorted({a.line for a in bindings})}): place them alike by hand"
+        + (f"; the step's output is read per device at line(s) {per_device}"
+           " (or handed on there), so it keeps pmap's stacked layout"
+           if per_device else ""))))
     return CONFLICT
 
   def _of(self, scope, assign, depth, strict=True):
@@ -160,17 +168,17 @@ class _Layouts(global_calls.Followed):
         # Not `x[0]`: of a tuple it is the first element, stacked, not one
         # device's copy, and which it is shows only when it runs; kept
         # stacked, the output reads as it did whichever it is.
-        # Given to a function, `.replace`d or returned, it goes where
-        # `global_calls` follows it: a place there if not read as one.
-        read_once = any(hows & {"unreplicate", "tree0", "step"}
-                        for *_, hows, _ in reads) and all(
-                            hows & {"unreplicate", "tree0", "step", "param",
-                                    "replace", "return"}
-                            for *_, hows, _ in reads)
-        kind = R if read_once else S
+        # Given to a function, `.replace`d or returned, it is followed
+        # (`global_calls.read_as_one`) to each read of where it goes.
+        failing = next((r for r in reads if not self.read_as_one(r)), None)
+        kind = R if reads and failing is None else S
+        if failing is not None:
+          self.read_per_device[a.kind[1:]] = failing[2]
         sites.setdefault(a.kind[1:], {})[kind] = a.line
-    for name, line in self.r.inline:  # put into a `state.replace(...)`
-      sites.setdefault((name, None), {})[R] = line
+    for name, line, scope, root in self.r.inline:
+      # Put into `state.replace(...)`: it goes where that goes.
+      sites.setdefault((name, None), {})[R if self.read_as_one(
+          (scope, root.value, line, {"replace"}, root)) else S] = line
     for step in self.r.steps.values():
       keys = [j for (name, j) in sites if name == step.name]
       if not keys:

@@ -10,24 +10,18 @@ from compare._src import global_calls
 from compare._src import global_idioms
 from compare._src import rewrite_pmap
 from compare._src.global_idioms import is_index0
+from compare._src.global_idioms import is_prefetch
 from compare._src.global_idioms import is_replicate_call
 from compare._src.global_idioms import is_shard_call
 from compare._src.global_idioms import is_tree_index0
 from compare._src.global_idioms import is_unreplicate_call
 from compare._src.global_idioms import splitter_name
+from compare._src.global_idioms import static_argnums
 from compare._src.global_layouts_types import B
 from compare._src.global_layouts_types import Blocker
 from compare._src.global_layouts_types import R
 from compare._src.global_layouts_types import S
 from compare._src.global_layouts_types import StepLayout
-
-
-def _is_prefetch(node) -> bool:
-  """`prefetch_to_device(batches, n)`, its batches given first by position:
-  the global step places each batch it yields (`rewrite_global`)."""
-  return (isinstance(node, cst.Call) and rewrite_pmap.dotted(
-      node.func).endswith("prefetch_to_device") and bool(node.args)
-          and node.args[0].keyword is None and not node.args[0].star)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,20 +33,6 @@ class _Assign:
   line: int
   end: int
   kind: object
-
-
-def _static(args) -> tuple[int, ...]:
-  """pmap's `static_broadcasted_argnums` among `args` (a literal; the
-  first step refuses any other)."""
-  for arg in args:
-    if arg.keyword and arg.keyword.value == "static_broadcasted_argnums":
-      value = arg.value
-      if isinstance(value, cst.Integer):
-        return (value.evaluated_value,)
-      if isinstance(value, (cst.Tuple, cst.List)):
-        return tuple(e.value.evaluated_value for e in value.elements
-                     if isinstance(e.value, cst.Integer))
-  return ()
 
 
 class Reader(cst.CSTVisitor):
@@ -95,8 +75,9 @@ class Reader(cst.CSTVisitor):
     self.function_calls = []  # (scope, name, line, call node)
     self.param_of = {}    # id(root Name) given -> (function, call node, arg)
     self.replaces = {}    # id(root Name) -> its `x.replace(k=v)` call
-    self.inline = []      # (step, line): an output put into `x.replace`
-    self._inline = set()  # ids of `x.replace(k=v)`'s values
+    # (step, line, scope, x's root Name): an output put into `x.replace`.
+    self.inline = []
+    self._inline = {}  # id of each `v` of `x.replace(k=v)` -> x's root
 
   def _pos(self, node):
     return self.get_metadata(metadata.PositionProvider, node)
@@ -148,7 +129,7 @@ class Reader(cst.CSTVisitor):
         expr = decorator.decorator
         self._add_step(StepLayout(
             self._line(decorator), node.name.value,
-            static=_static(expr.args if isinstance(expr, cst.Call) else ())))
+            static=static_argnums(expr.args if isinstance(expr, cst.Call) else ())))
     self._scope.append(node.name.value)
     self.params[node.name.value] = {
         p.name.value for p in (*node.params.params, *node.params.kwonly_params,
@@ -219,7 +200,7 @@ class Reader(cst.CSTVisitor):
         self._allow(source, "biter")
       self._followed.add(id(source))
       kind = (("alias-iter", source) if isinstance(source, cst.Name) else
-              B if _is_prefetch(source) else S)
+              B if is_prefetch(source) else S)
       for name in self._names(target):
         self._bind(name, line, line, kind)
 
@@ -260,7 +241,7 @@ class Reader(cst.CSTVisitor):
     if isinstance(target, cst.Name) and self._builds_pmap(value):
       self._add_step(StepLayout(
           self._line(value), target.value,
-          static=_static([*value.args, *(value.func.args if isinstance(
+          static=static_argnums([*value.args, *(value.func.args if isinstance(
               value.func, cst.Call) else ())])))
       return True
     step = (rewrite_pmap.dotted(value.func) if isinstance(value, cst.Call)
@@ -298,7 +279,7 @@ class Reader(cst.CSTVisitor):
       self._allow(value, "alias")
     else:
       kind = S
-    if _is_prefetch(value):
+    if is_prefetch(value):
       kind = "biter"  # the rewrite places each batch it yields
     self._bind(target.value, line, end, kind)
     return True
@@ -330,16 +311,18 @@ class Reader(cst.CSTVisitor):
     if name in self.steps:
       self.calls.append((self._scope[-1], name, line, node))
       if id(node) in self._inline:
-        self.inline.append((name, line))
+        self.inline.append((name, line, self._scope[-1],
+                            self._inline[id(node)]))
       for arg in node.args:
         self._allow(arg.value, "step")
         self._followed.add(id(arg.value))
     elif global_calls.is_replace(node):
       root = self._root(node.func.value)
-      self._allow(node.func.value, "replace")
-      self.replaces[id(root)] = node
-      for arg in node.args:
-        self._inline.add(id(arg.value))
+      if root is not None:
+        self._allow(node.func.value, "replace")
+        self.replaces[id(root)] = node
+        for arg in node.args:
+          self._inline[id(arg.value)] = root
     elif is_unreplicate_call(node):
       self._allow(node.args[0].value, "unreplicate", node)
     elif is_tree_index0(node):
@@ -347,7 +330,7 @@ class Reader(cst.CSTVisitor):
     elif name.endswith(".replicate") and not is_replicate_call(node, self.known):
       self.blockers.append(Blocker(line, (
           f"{name}(...): " + rewrite_pmap.OWN_REPLICATE)))
-    elif name.endswith("prefetch_to_device") and not _is_prefetch(node):
+    elif name.endswith("prefetch_to_device") and not is_prefetch(node):
       self.blockers.append(Blocker(line, (
           "prefetch_to_device's batches given by keyword or */**: place "
           "each global batch with NamedSharding(mesh, P(axis)) by hand "
@@ -370,7 +353,7 @@ class Reader(cst.CSTVisitor):
     for line, node in self.seen_calls:
       if id(node) in self._followed or not (
           is_replicate_call(node, self.known) or is_shard_call(node, self.known)
-          or _is_prefetch(node)):
+          or is_prefetch(node)):
         continue
       self.blockers.append(Blocker(line, (
           f"the value of {rewrite_pmap.dotted(node.func)}(...) goes where "

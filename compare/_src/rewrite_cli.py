@@ -18,6 +18,7 @@ import sys
 import tempfile
 
 from shardport.launch import emulation
+from compare._src import global_calls
 from compare._src import rewrite_file
 from compare._src import rewrite_global
 from compare._src.rewrite_file import RewriteError
@@ -205,7 +206,7 @@ def report_lines(results, global_step: bool = False) -> list[str]:
   """The report: one line per finding, by file and line, then the counts
   (with `global_step`, no pointer to the step it already asked for)."""
   lines, counts = [], {kind: 0 for kind in _KIND}
-  pmaps = placed = declared = 0
+  pmaps = placed = declared = public = 0
   for source, target, rewrite in results:
     if rewrite is None:
       continue
@@ -217,7 +218,9 @@ def report_lines(results, global_step: bool = False) -> list[str]:
           pmaps += 1
         elif finding.text.startswith(rewrite_global.DECLARED):
           declared += 1
-        else:
+        elif finding.text.startswith(global_calls.CALLERS):
+          public += 1
+        elif not finding.text.startswith(rewrite_global.AXES):
           placed += 1
       lines.append(f"  {source}:{finding.line}: {_KIND[finding.kind]}: "
                    f"{finding.text}")
@@ -233,7 +236,10 @@ def report_lines(results, global_step: bool = False) -> list[str]:
                  f"place(s) need a person, {counts['kept']} call site(s) "
                  "keep pmap's stacked layout (values made or read per "
                  "device)" + (f", {declared} step(s) on the layout the Port "
-                              "declares" if declared else ""))
+                              "declares" if declared else "")
+                 + (f", {public} public function(s) now taking or returning "
+                    "global arrays (callers in other files: out of view)"
+                    if public else ""))
     return lines
   lines.append(f"{pmaps} pmap(s) rewritten, {counts['person']} "
                f"place(s) need a person, {counts['kept']} call site(s) keep "

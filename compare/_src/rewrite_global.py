@@ -39,6 +39,7 @@ from compare._src.global_layouts import B, R
 from compare._src.rewrite_pmap import Finding
 
 _BATCH_AXIS = "batch-axis"
+AXES = "the pmaps name "  # several axes, each a mesh: no call site moved
 
 
 def _spec(kind, axis_code) -> str:
@@ -182,7 +183,7 @@ def _axis_of(module, aliases, line, path):
   if len(axes) == 1:
     return f"\"{axis}\"", [], []
   return f"\"{axis}\"", [], [Finding(line, "changed", (
-      f"the pmaps name {len(axes)} axes ({sorted(axes)}"
+      f"{AXES}{len(axes)} axes ({sorted(axes)}"
       + ("; 'devices' is a pmap's that names none" if reader.unnamed
          else "") + "), none inside another: each step a 1-D mesh of the "
       f"local devices named as its pmap's axis; placements on '{axis}''s "
