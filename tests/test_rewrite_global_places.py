@@ -72,6 +72,15 @@ BLOCKED = {
         "def run(s, b):\n"
         "  return p_step(create(s), common_utils.shard(b))\n",
         "create returns a replicated value"),
+    "a tuple holding a replicated value, kept whole": (
+        "def create(s):\n"
+        "  s = jax_utils.replicate(s)\n"
+        "  return s, 0\n"
+        "def run(s, b):\n"
+        "  out = create(s)\n"
+        "  s, m = p_step(out[0], common_utils.shard(b))\n",
+        "create returns a replicated value (line 12): call it as `x, y = "
+        "create(...)`"),
     "a function returning a replicated value, as a value": (
         "def create(s):\n"
         "  s = jax_utils.replicate(s)\n"
