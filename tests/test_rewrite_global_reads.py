@@ -9,6 +9,7 @@ cannot tell is refused by line.
 import re
 
 from compare import rewrite
+from compare._src import rewrite_global
 from tests.test_rewrite import _script_output  # pylint: disable=g-bad-import-order
 
 
@@ -150,3 +151,41 @@ def test_an_output_read_per_device_keeps_its_devices(tmp_path, capsys):
   want = _script_output(source)
   assert want.count("\n") == 5 and len(want.splitlines()[3].split(",")) > 8
   assert _script_output(port) == want
+
+
+# Two trees placed and read back together (flax's pixelcnn example:
+# `optimizer, ema = jax_utils.replicate((optimizer, ema))`, and its
+# `save_checkpoint`'s `jax_utils.unreplicate((optimizer, ema))`).
+TOGETHER = PER_DEVICE.replace(
+    "p_step = jax.pmap(train_step, axis_name=\"batch\", donate_argnums=(0,))",
+    "p_step = jax.pmap(lambda w, ema, b: train_step(w, b) + (ema,),\n"
+    "                  axis_name=\"batch\")").replace(
+        "  w = jax_utils.replicate(np.zeros(3, np.float32))\n",
+        "  w, ema = jax_utils.replicate((np.zeros(3, np.float32),\n"
+        "                                np.ones(2, np.float32)))\n").replace(
+            "    w, loss = p_step(w, batch)\n",
+            "    w, loss, ema = p_step(w, ema, batch)\n").replace(
+                "  print(repr(float(jax_utils.unreplicate(w)[1])))\n",
+                "  w, ema = jax_utils.unreplicate((w, ema))\n"
+                "  print(repr(float(w[1])), ema.tolist())\n")
+
+
+def test_trees_placed_and_read_back_together(tmp_path, capsys):
+  assert TOGETHER.count("(w, ema)") == 1 and "((np.zeros" in TOGETHER
+  source, port, _ = _taken(tmp_path, capsys, TOGETHER, "together")
+  text = port.read_text()
+  assert "w, ema = (w, ema)" in text
+  assert "jax_utils.replicate(" not in text
+  assert _script_output(port) == _script_output(source)
+
+
+def test_a_tuple_read_back_with_a_stacked_part_is_refused():
+  # The loss is read per device (kept stacked): dropping the unreplicate
+  # of `(w, loss)` would hand the rest of the program [devices] losses.
+  both = rewrite_global.rewrite_global_source(TOGETHER.replace(
+      "  w, ema = jax_utils.unreplicate((w, ema))\n",
+      "  w, loss = jax_utils.unreplicate((w, loss))\n"))
+  person = [f.text for f in both.findings if f.kind == "person"]
+  assert any("unreplicate of a tuple whose parts are not all replicated"
+             in text for text in person), person
+  assert "jax.device_put(" not in both.code

@@ -290,7 +290,15 @@ class _Layouts(global_calls.Followed):
                                      "(docs/MIGRATION.md#idiom-map)"))
       elif kind == R and hows & {"unreplicate", "tree0"}:
         container, inner = self.r.containers[id(node)]
-        self.r.replace[id(container)] = inner
+        parts = self.r.unreplicated_parts.get(id(container), [])
+        if len(parts) != len(getattr(inner, "elements", parts)) or any(
+            self.kind(*part) != R for part in parts):
+          self.blockers.append(Blocker(line, (
+              "unreplicate of a tuple whose parts are not all replicated "
+              "values by name: unreplicate each (docs/MIGRATION.md"
+              "#trap-unreplicate)")))
+        else:
+          self.r.replace[id(container)] = inner
 
 
   def _followed_reads(self, scope, kind, hows, node, line) -> set:

@@ -61,6 +61,7 @@ class Reader(cst.CSTVisitor):
     self._allowed = set()
     self._mapped = set()  # ids of the functions pmap-building calls map
     self.containers = {}  # id(root Name) -> (unreplicate/[0] node, inner)
+    self.unreplicated_parts = {}  # id(unreplicate of a tuple) -> its names
     # Placement calls whose value the reading follows (a name bound to it,
     # a step's argument, a for statement's batches), and every call seen.
     self._followed, self.seen_calls = set(), []
@@ -247,6 +248,15 @@ class Reader(cst.CSTVisitor):
     step = (rewrite_pmap.dotted(value.func) if isinstance(value, cst.Call)
             else "")
     if isinstance(target, (cst.Tuple, cst.List)):
+      placed = (R if is_replicate_call(value, self.known) else
+                B if is_shard_call(value, self.known) else None)
+      if placed is not None:
+        # `optimizer, ema = replicate((optimizer, ema))` (flax's pixelcnn):
+        # each part of a placed tree is placed alike.
+        self._followed.add(id(value))
+        for name in self._names(target):
+          self._bind(name, line, end, placed)
+        return True
       if isinstance(value, cst.Call):
         self.unpacked_calls[id(value)] = len(target.elements)
       for j, element in enumerate(target.elements):
@@ -324,7 +334,20 @@ class Reader(cst.CSTVisitor):
         for arg in node.args:
           self._inline[id(arg.value)] = root
     elif is_unreplicate_call(node):
-      self._allow(node.args[0].value, "unreplicate", node)
+      value = node.args[0].value
+      parts = (value.elements if isinstance(value, (cst.Tuple, cst.List))
+               else ())
+      # `unreplicate((optimizer, ema))` (flax's pixelcnn): each part read
+      # as one value; dropped only where every part is replicated.
+      for part in parts:
+        self._allow(part.value, "unreplicate", node)
+        root = self._root(part.value)
+        if root is not None:
+          self.containers[id(root)] = (node, value)
+          self.unreplicated_parts.setdefault(id(node), []).append(
+              (self._scope[-1], root.value, line))
+      if not parts:
+        self._allow(value, "unreplicate", node)
     elif is_tree_index0(node):
       self._allow(node.args[1].value, "tree0", node)
     elif name.endswith(".replicate") and not is_replicate_call(node, self.known):
