@@ -189,3 +189,25 @@ def test_a_tuple_read_back_with_a_stacked_part_is_refused():
   assert any("unreplicate of a tuple whose parts are not all replicated"
              in text for text in person), person
   assert "jax.device_put(" not in both.code
+
+
+# flax's `common_utils.shard`, copied into the program as teams do.
+COPIED_SHARD = PER_DEVICE.replace(
+    "def main():\n",
+    "def shard(xs):\n"
+    "  return jax.tree_util.tree_map(\n"
+    "      lambda x: x.reshape((jax.local_device_count(), -1) + x.shape[1:]),"
+    " xs)\n\n\ndef main():\n").replace("common_utils.shard(", "shard(")
+
+
+def test_a_copy_of_flax_shard_places_the_global_batch(tmp_path, capsys):
+  source, port, out = _taken(tmp_path, capsys, COPIED_SHARD, "copied")
+  assert re.search(r"changed: shard\(\.\.\.\) -> jax\.device_put", out), out
+  assert "batch = shard(" not in port.read_text()
+  assert _script_output(port) == _script_output(source)
+  # Its negative control: rows split the other way round are no split
+  # over devices the second step knows; kept as the program stacked them.
+  other = COPIED_SHARD.replace("(jax.local_device_count(), -1)",
+                               "(-1, jax.local_device_count())")
+  both = rewrite_global.rewrite_global_source(other)
+  assert "batch = shard(" in both.code

@@ -6,6 +6,8 @@
 (`compare._src.global_layouts` reads where they are).
 """
 
+import re
+
 import libcst as cst
 
 from compare._src import rewrite_pmap
@@ -27,6 +29,21 @@ class Known:
   def __init__(self):
     self.splitters: set[str] = set()
     self.replicators: set[str] = set()
+
+
+def root_name(node):
+  """The Name under `x.a.b` or `x["key"]`, else None."""
+  while True:
+    if isinstance(node, cst.Name):
+      return node
+    if isinstance(node, cst.Attribute):
+      node = node.value
+    elif (isinstance(node, cst.Subscript) and len(node.slice) == 1
+          and isinstance(node.slice[0].slice, cst.Index)
+          and isinstance(node.slice[0].slice.value, cst.SimpleString)):
+      node = node.value
+    else:
+      return None
 
 
 def is_replicator(fn) -> bool:
@@ -102,9 +119,13 @@ def is_tree_index0(node) -> bool:
 
 
 def splitter_name(node) -> str | None:
-  """The name of a `def f(arr): return arr.reshape(n, arr.shape[0] // n,
-  *arr.shape[1:])` (the pmap tutorial's `split`), else None."""
-  if not isinstance(node, cst.FunctionDef) or len(node.params.params) != 1:
+  """The name of a function that splits a batch to `[devices, ...]`, else
+  None: `def f(arr): return arr.reshape(n, arr.shape[0] // n,
+  *arr.shape[1:])` (the pmap tutorial's `split`), or `def f(xs, ...):
+  return jax.tree.map(lambda x: x.reshape((n, -1) + x.shape[1:]), xs)`
+  (flax's `common_utils.shard`, as teams copy it). A split given to a
+  pmap has the devices' count first, or pmap refuses it."""
+  if not isinstance(node, cst.FunctionDef) or not node.params.params:
     return None
   arg = node.params.params[0].name.value
   body = [s for s in node.body.body if not (
@@ -114,10 +135,18 @@ def splitter_name(node) -> str | None:
   if len(body) != 1:
     return None
   text = code_of(body[0]).replace(" ", "").strip()
-  return node.name.value if (
+  if len(node.params.params) == 1 and (
       text.startswith(f"return{arg}.reshape(")
-      and f"{arg}.shape[0]//" in text and f"*{arg}.shape[1:])" in text
-  ) else None
+      and f"{arg}.shape[0]//" in text and f"*{arg}.shape[1:])" in text):
+    return node.name.value
+  tree_map = re.fullmatch(
+      rf"return({'|'.join(re.escape(m) for m in TREE_MAPS)})\(lambda(\w+):"
+      rf"(\w+)\.reshape\(\([\w.]+(?:\(\))?,-1\)\+(\w+)\.shape\[1:\]\),"
+      rf"{arg}\)",
+      re.sub(r"\s+", "", text))
+  if tree_map and tree_map[2] == tree_map[3] == tree_map[4]:
+    return node.name.value
+  return None
 
 
 def is_prefetch(node) -> bool:

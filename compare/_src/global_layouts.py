@@ -31,6 +31,7 @@ from compare._src import global_calls
 from compare._src import global_reader
 from compare._src import rewrite_pmap
 from compare._src.global_idioms import code_of
+from compare._src.global_idioms import root_name
 from compare._src.global_idioms import is_replicate_call
 from compare._src.global_idioms import is_shard_call
 from compare._src.global_layouts_types import B
@@ -143,7 +144,7 @@ class _Layouts(global_calls.Followed):
         return outs if isinstance(outs, str) else S
       return outs[kind[2]] if isinstance(outs, list) and kind[2] < len(
           outs) else S
-    root = self.r._root(kind[1])  # pylint: disable=protected-access
+    root = root_name(kind[1])
     if root is None:
       return S
     found = self.kind(scope, root.value, assign.line, depth + 1, strict)
@@ -211,7 +212,7 @@ class _Layouts(global_calls.Followed):
     if isinstance(node, cst.Call) and rewrite_pmap.dotted(
         node.func) in self.r.steps:
       return self.inline_output_kind(node)
-    root = self.r._root(node)  # pylint: disable=protected-access
+    root = root_name(node)
     if root is None:
       return S
     return self.kind(scope, root.value, line, depth)

@@ -10,6 +10,7 @@ from compare._src import global_calls
 from compare._src import global_idioms
 from compare._src import rewrite_pmap
 from compare._src.global_idioms import is_index0
+from compare._src.global_idioms import root_name
 from compare._src.global_idioms import is_prefetch
 from compare._src.global_idioms import is_replicate_call
 from compare._src.global_idioms import is_shard_call
@@ -86,22 +87,8 @@ class Reader(cst.CSTVisitor):
   def _line(self, node) -> int:
     return self._pos(node).start.line
 
-  def _root(self, node):
-    """The Name under `x.a.b` or `x["key"]`, else None."""
-    while True:
-      if isinstance(node, cst.Name):
-        return node
-      if isinstance(node, cst.Attribute):
-        node = node.value
-      elif (isinstance(node, cst.Subscript) and len(node.slice) == 1
-            and isinstance(node.slice[0].slice, cst.Index)
-            and isinstance(node.slice[0].slice.value, cst.SimpleString)):
-        node = node.value
-      else:
-        return None
-
   def _allow(self, node, how: str, container=None):
-    root = self._root(node)
+    root = root_name(node)
     if root is not None:
       self._allowed.add((id(root), how))
       if container is not None:
@@ -214,7 +201,7 @@ class Reader(cst.CSTVisitor):
       self._allow(node.value, "return")
       if isinstance(node.value, cst.Tuple):  # `return state, metrics`
         for j, element in enumerate(node.value.elements):
-          root = self._root(element.value)
+          root = root_name(element.value)
           if root is not None:
             self._allow(element.value, "return")
             self.return_at[id(root)] = j
@@ -284,7 +271,7 @@ class Reader(cst.CSTVisitor):
       kind = ("expr", value)  # `state.replace(k=v)`: judged whole
     elif step:
       kind = ("out", step, None)
-    elif self._root(value) is not None:
+    elif root_name(value) is not None:
       kind = ("alias", value)
       self._allow(value, "alias")
     else:
@@ -327,7 +314,7 @@ class Reader(cst.CSTVisitor):
         self._allow(arg.value, "step")
         self._followed.add(id(arg.value))
     elif global_calls.is_replace(node):
-      root = self._root(node.func.value)
+      root = root_name(node.func.value)
       if root is not None:
         self._allow(node.func.value, "replace")
         self.replaces[id(root)] = node
@@ -341,7 +328,7 @@ class Reader(cst.CSTVisitor):
       # as one value; dropped only where every part is replicated.
       for part in parts:
         self._allow(part.value, "unreplicate", node)
-        root = self._root(part.value)
+        root = root_name(part.value)
         if root is not None:
           self.containers[id(root)] = (node, value)
           self.unreplicated_parts.setdefault(id(node), []).append(
@@ -363,7 +350,7 @@ class Reader(cst.CSTVisitor):
       # where its parameter is read (`global_calls`).
       self.function_calls.append((self._scope[-1], name, line, node))
       for arg in node.args:
-        root = self._root(arg.value)
+        root = root_name(arg.value)
         if root is not None and not arg.star:
           self._allow(arg.value, "param")
           self.param_of[id(root)] = (name, node, arg)
