@@ -178,7 +178,7 @@ def _axis_of(module, aliases, line, path):
     return None, [global_layouts.Blocker(line, (
         "a pmap's axis_name is an expression, not a string: the global "
         "step writes the mesh's axis by name; give it the name"))], []
-  named = reader.axis_names + ["devices"] * reader.unnamed
+  named = reader.axes + ["devices"] * reader.unnamed
   axis = max(sorted(axes), key=named.count)
   if len(axes) == 1:
     return f"\"{axis}\"", [], []

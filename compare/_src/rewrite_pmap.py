@@ -149,10 +149,8 @@ class PmapRewriter(cst.CSTTransformer):
     self.aliases = aliases
     self._path = path  # where imported axis constants are read from
     self.findings: list[Finding] = []
-    self.axes: set[str] = set()
-    self.axis_names: list[str] = []  # one per pmap naming its axis
-    # A pmap naming no axis is written over "devices" (no collective of
-    # the original can name it): the global step's one axis then.
+    self.axes: list[str] = []  # each pmap's that names one
+    # A pmap naming no axis is written over "devices" (none of its names).
     self.unnamed = False
     self.changed = 0
     self.uses_static = False
@@ -183,8 +181,7 @@ class PmapRewriter(cst.CSTTransformer):
       named[key] = arg.value
     axis = named.get("axis_name")
     if axis is not None:
-      self.axes.add(self._axis_value(axis))
-      self.axis_names.append(self._axis_value(axis))
+      self.axes.append(self._axis_value(axis))
     for key, why in _FOR_A_PERSON.items():
       if key in named:
         self.findings.append(Finding(line, "person", why))
@@ -286,7 +283,7 @@ class PmapRewriter(cst.CSTTransformer):
     for i, arg in enumerate(args):
       if (arg.keyword and arg.keyword.value == "axis_name") or (
           not arg.keyword and i == 1 and is_pmap(node.func, self.aliases)):
-        self.axes.add(self._axis_value(arg.value))
+        self.axes.append(self._axis_value(arg.value))
 
   def _axis_value(self, node) -> str:  # `pmap_arguments.axis_value`
     return pmap_arguments.axis_value(node, self._strings, self.get_metadata(
