@@ -56,6 +56,18 @@ def is_replace(node) -> bool:
           and all(a.keyword is not None for a in node.args))
 
 
+def structure_values(node):
+  """The values of `dict(k=v, ...)` or `{k: v, ...}` (`dict(params=params)`
+  handed to vision_transformer's `infer_fn_repl`), else None."""
+  if (isinstance(node, cst.Call) and rewrite_pmap.dotted(node.func) == "dict"
+      and node.args and all(a.keyword is not None for a in node.args)):
+    return [a.value for a in node.args]
+  if isinstance(node, cst.Dict) and node.elements and all(
+      isinstance(e, cst.DictElement) for e in node.elements):
+    return [e.value for e in node.elements]
+  return None
+
+
 def _argument(definition, call, param):
   """The expression `call` gives `param` of `definition`; None where the
   default is taken; False where it cannot be read (`*args`, `**kwargs`)."""
@@ -155,6 +167,13 @@ class Followed:
                if a.kind == ("param", function, param)]
       return bool(bound) and self._bound_as_one(function, param, bound[0],
                                                 seen)
+    if "struct" in hows:
+      made = self.r.structures[id(node)]
+      named = [(s, n, a) for (s, n), assigns in self.r.assigns.items()
+               for a in assigns if a.kind == ("expr", made)]
+      return (id(made) in self.r.step_args and not named) or (
+          bool(named) and all(self._bound_as_one(*each, seen)
+                              for each in named))
     if "replace" in hows:
       call = self.r.replaces[id(node)]
       named = [(s, n, a) for (s, n), assigns in self.r.assigns.items()
@@ -202,6 +221,21 @@ class Followed:
           "hand (docs/MIGRATION.md#idiom-map)")))
       return CONFLICT
     return None if base is None or not known else S
+
+  def structure_kind(self, scope, node, line, depth=0):
+    """A dict of replicated values (or of global batches) is one; of none
+    placed, S; any other mix is a `Blocker`."""
+    kinds = [self.expression_kind(scope, v, line, depth + 1)
+             for v in structure_values(node)]
+    known = {k for k in kinds if k != CYCLE}
+    if known in ({R}, {B}):
+      return known.pop()
+    if known & {*PLACED, CONFLICT}:
+      self.blockers.append(Blocker(line, (
+          f"a dict of values of different layouts ({sorted(map(str, known))})"
+          ": place them alike by hand (docs/MIGRATION.md#idiom-map)")))
+      return CONFLICT
+    return None if None in known or not known else S
 
   def inline_output_kind(self, node):
     """A step's output used where it is made (`x.replace(k=step(...))`)."""
@@ -263,6 +297,24 @@ class Followed:
         self.blockers.append(Blocker(at, (
             f"{function} returns {what} (line {line}) and is used here as "
             f"a value: call it as `{form}` so that it can be followed")))
+
+  def check_factories(self):
+    """A step made by a function that returns its pmap is read as the
+    name its one call binds: a second call, a second def or a use as a
+    value would give that one pmap two layouts' worth of callers."""
+    for function, (line, bound_at) in self.r.factories.items():
+      calls = [at for at, c in self.r.seen_calls
+               if rewrite_pmap.dotted(c.func) == function]
+      called = {id(c.func) for _, c in self.r.seen_calls}
+      valued = [at for _, name, at, _, node in self.r.reads
+                if name == function and id(node) not in called]
+      if len(calls) > 1 or valued or len(self.r.functions.get(function,
+                                                              [])) != 1:
+        self.blockers.append(Blocker(bound_at, (
+            f"{function} returns a pmap (line {line}) and is defined or "
+            f"called other than once as `step = {function}(...)` (lines "
+            f"{sorted(set(calls + valued))}): each call's step is that one "
+            "pmap to the reading; call it once")))
 
   def notes(self):
     """What each public module-level function now takes or returns, as

@@ -66,14 +66,17 @@ class _Layouts(global_calls.Followed):
   def reaching(self, scope, name, line):
     """The bindings of `name` whose value a read at `line` may see."""
     scope, assigns = self._assigns(scope, name)
+    # A binding whose statement ends at or after the read (the read in
+    # its own right-hand side, on any of its lines) is a later one.
     prior = [a for a in assigns if a.end < line]
     if not prior:
-      return scope, [a for a in assigns if a.line >= line][-1:] if (
+      return scope, [a for a in assigns if a.end >= line][-1:] if (
           self._in_loop(scope, line)) else []
     last = prior[-1]
     loop = self._in_loop(scope, line)
     if loop and last.line < loop[0]:
-      return scope, [last] + [a for a in assigns if line <= a.line <= loop[1]]
+      return scope, [last] + [a for a in assigns
+                              if a.end >= line and a.line <= loop[1]]
     return scope, [last]
 
   def _in_loop(self, scope, line):
@@ -207,6 +210,8 @@ class _Layouts(global_calls.Followed):
       return R
     if is_shard_call(node, self.r.known):
       return B
+    if global_calls.structure_values(node) is not None:
+      return self.structure_kind(scope, node, line, depth)
     if global_calls.is_replace(node):
       return self.replace_kind(scope, node, line, depth)
     if isinstance(node, cst.Call) and rewrite_pmap.dotted(
@@ -314,6 +319,9 @@ class _Layouts(global_calls.Followed):
           definition.node, self.r.param_of[id(node)][1], arg)
       if param and self.parameter_kind(function, param) == kind:
         followed.add("param")
+    if "struct" in hows and self.structure_kind(
+        scope, self.r.structures[id(node)], line) == kind:
+      followed.add("struct")
     if "replace" in hows and kind == R and self.replace_kind(
         scope, self.r.replaces[id(node)], line) == R:
       followed.add("replace")
@@ -338,6 +346,7 @@ def read(wrapper, builds_pmap, is_pmap_decorator, declared=None):
   layouts.resolve_arguments()
   layouts.check_reads()
   layouts.check_returns()
+  layouts.check_factories()
   blockers = sorted(set(layouts.blockers), key=lambda b: b.line)
   return (reader.steps, reader.replace, reader.known, blockers,
           reader.shadowed, layouts.notes())

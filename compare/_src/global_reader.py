@@ -1,21 +1,20 @@
 """The reading behind the global step: every step, call, binding and read
 of a module (`compare._src.global_layouts` answers from it)."""
 
-import dataclasses
-
 import libcst as cst
 from libcst import metadata
 
 from compare._src import global_calls
 from compare._src import global_idioms
+from compare._src import global_scopes
 from compare._src import rewrite_pmap
 from compare._src.global_idioms import is_index0
-from compare._src.global_idioms import root_name
 from compare._src.global_idioms import is_prefetch
 from compare._src.global_idioms import is_replicate_call
 from compare._src.global_idioms import is_shard_call
 from compare._src.global_idioms import is_tree_index0
 from compare._src.global_idioms import is_unreplicate_call
+from compare._src.global_idioms import root_name
 from compare._src.global_idioms import splitter_name
 from compare._src.global_idioms import static_argnums
 from compare._src.global_layouts_types import B
@@ -25,22 +24,8 @@ from compare._src.global_layouts_types import S
 from compare._src.global_layouts_types import StepLayout
 
 
-@dataclasses.dataclass(frozen=True)
-class _Assign:
-  """A name bound at `end` (the statement's last line): `kind` is R, B, S,
-  "biter" (batches from a rewritten prefetch), ("out", step, j) or
-  ("alias", node)."""
-
-  line: int
-  end: int
-  kind: object
-
-
-class Reader(cst.CSTVisitor):
+class Reader(global_scopes.Scopes):
   """Collects the steps, their calls, every binding and every read."""
-
-  METADATA_DEPENDENCIES = (metadata.PositionProvider,
-                           metadata.ExpressionContextProvider)
 
   def __init__(self, builds_pmap, is_pmap_decorator, declared=None):
     super().__init__()
@@ -50,19 +35,17 @@ class Reader(cst.CSTVisitor):
     self._declared = declared
     self.steps: dict[str, StepLayout] = {}
     self.calls = []       # (scope, step, line, call node)
-    self.assigns = {}     # (scope, name) -> [_Assign]
     self.reads = []       # (scope, name, line, allowed: bool)
-    self.loops = {}       # scope -> [(start, end)]
-    self.params = {}      # scope -> set of names
     self.known = global_idioms.Known()
     self.replace = {}     # id(original node) -> ("kind", ...) for the writer
     self.blockers: list[Blocker] = []
-    self._scope = ["<module>"]
-    self._own = []  # the names each enclosing lambda/comprehension binds
     self._allowed = set()
     self._mapped = set()  # ids of the functions pmap-building calls map
     self.containers = {}  # id(root Name) -> (unreplicate/[0] node, inner)
     self.unreplicated_parts = {}  # id(unreplicate of a tuple) -> its names
+    self.factories = {}  # function returning a pmap -> (its line, call's)
+    self.structures = {}  # id(root Name) -> the dict it is a value of
+    self.step_args = set()  # ids of the expressions given to a step
     # Placement calls whose value the reading follows (a name bound to it,
     # a step's argument, a for statement's batches), and every call seen.
     self._followed, self.seen_calls = set(), []
@@ -81,18 +64,22 @@ class Reader(cst.CSTVisitor):
     self.inline = []
     self._inline = {}  # id of each `v` of `x.replace(k=v)` -> x's root
 
-  def _pos(self, node):
-    return self.get_metadata(metadata.PositionProvider, node)
-
-  def _line(self, node) -> int:
-    return self._pos(node).start.line
-
   def _allow(self, node, how: str, container=None):
     root = root_name(node)
     if root is not None:
       self._allowed.add((id(root), how))
       if container is not None:
         self.containers[id(root)] = (container, node)
+
+  def _made_in(self, value):
+    """The pmap `value`, a call `make_step(...)`, returns: the factory's
+    one return a pmap (vision_transformer's `make_update_fn`), else None."""
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name)):
+      return None
+    returns = self.returns.get(value.func.value, [])
+    if len(returns) == 1 and self._builds_pmap(returns[0][1]):
+      return returns[0][1]
+    return None
 
   def _add_step(self, step: StepLayout) -> None:
     """A pmapped step by its name; two of one name (in two functions) are
@@ -130,40 +117,6 @@ class Reader(cst.CSTVisitor):
 
   def leave_FunctionDef(self, node):
     self._scope.pop()
-
-  # A lambda's parameters and a comprehension's targets are its own: a
-  # `lambda w, x: w * x` mapped by pmap reads no `w` of the function around.
-  def visit_Lambda(self, node):
-    self._own.append({p.name.value for p in (
-        *node.params.params, *node.params.kwonly_params,
-        *node.params.posonly_params)})
-
-  def leave_Lambda(self, node):
-    self._own.pop()
-
-  def _comprehension(self, node):
-    names, loop = set(), node.for_in
-    while loop is not None:
-      names |= set(self._names(loop.target))
-      loop = loop.inner_for_in
-    self._own.append(names)
-
-  visit_ListComp = visit_SetComp = visit_DictComp = _comprehension
-  visit_GeneratorExp = _comprehension
-
-  def _left_comprehension(self, node):
-    self._own.pop()
-
-  leave_ListComp = leave_SetComp = leave_DictComp = _left_comprehension
-  leave_GeneratorExp = _left_comprehension
-
-  def _loop(self, node):
-    pos = self._pos(node)
-    self.loops.setdefault(self._scope[-1], []).append(
-        (pos.start.line, pos.end.line))
-
-  def visit_While(self, node):
-    self._loop(node)
 
   def visit_For(self, node):
     self._loop(node)
@@ -206,31 +159,21 @@ class Reader(cst.CSTVisitor):
             self._allow(element.value, "return")
             self.return_at[id(root)] = j
 
-  def _names(self, target):
-    """The names a target binds (`x`, `(x, y)`, `[x, *rest]`)."""
-    if isinstance(target, cst.Name):
-      return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-      return [n for e in target.elements for n in self._names(e.value)]
-    if isinstance(target, cst.StarredElement):
-      return self._names(target.value)
-    return []
-
-  def _bind(self, name, line, end, kind):
-    self.assigns.setdefault((self._scope[-1], name), []).append(
-        _Assign(line, end, kind))
-
   def visit_Assign(self, node):
     pos, value = self._pos(node), node.value
     line, end = pos.start.line, pos.end.line
     if len(node.targets) != 1:
       return True
     target = node.targets[0].target
-    if isinstance(target, cst.Name) and self._builds_pmap(value):
+    made = self._made_in(value)
+    if isinstance(target, cst.Name) and (self._builds_pmap(value) or made):
+      pmap = made or value
       self._add_step(StepLayout(
-          self._line(value), target.value,
-          static=static_argnums([*value.args, *(value.func.args if isinstance(
-              value.func, cst.Call) else ())])))
+          self._line(pmap), target.value,
+          static=static_argnums([*pmap.args, *(pmap.func.args if isinstance(
+              pmap.func, cst.Call) else ())])))
+      if made:
+        self.factories[value.func.value] = (self._line(pmap), line)
       return True
     step = (rewrite_pmap.dotted(value.func) if isinstance(value, cst.Call)
             else "")
@@ -267,7 +210,8 @@ class Reader(cst.CSTVisitor):
     elif step == "next" and len(value.args) == 1:
       kind = ("alias-iter", value.args[0].value)
       self._allow(value.args[0].value, "biter")
-    elif global_calls.is_replace(value):
+    elif global_calls.is_replace(value) or global_calls.structure_values(
+        value) is not None:
       kind = ("expr", value)  # `state.replace(k=v)`: judged whole
     elif step:
       kind = ("out", step, None)
@@ -280,23 +224,6 @@ class Reader(cst.CSTVisitor):
       kind = "biter"  # the rewrite places each batch it yields
     self._bind(target.value, line, end, kind)
     return True
-
-  def visit_Import(self, node):
-    self._imported(node)
-
-  def visit_ImportFrom(self, node):
-    self._imported(node)
-
-  def _imported(self, node):
-    """An imported name: a host value or a module, never one the rewrite
-    placed (S where a step takes it)."""
-    if isinstance(node.names, cst.ImportStar):
-      return
-    line = self._line(node)
-    for alias in node.names:
-      name = (alias.asname.name if alias.asname else alias.name)
-      if isinstance(name, cst.Name):
-        self._bind(name.value, line, line, S)
 
   def visit_Call(self, node):
     name = rewrite_pmap.dotted(node.func)
@@ -313,6 +240,7 @@ class Reader(cst.CSTVisitor):
       for arg in node.args:
         self._allow(arg.value, "step")
         self._followed.add(id(arg.value))
+        self.step_args.add(id(arg.value))
     elif global_calls.is_replace(node):
       root = root_name(node.func.value)
       if root is not None:
@@ -320,6 +248,8 @@ class Reader(cst.CSTVisitor):
         self.replaces[id(root)] = node
         for arg in node.args:
           self._inline[id(arg.value)] = root
+    elif global_calls.structure_values(node) is not None:
+      self._structure(node)
     elif is_unreplicate_call(node):
       value = node.args[0].value
       parts = (value.elements if isinstance(value, (cst.Tuple, cst.List))
@@ -370,6 +300,16 @@ class Reader(cst.CSTVisitor):
           "its layout cannot be followed (inside an expression, a "
           "comprehension or a return): bind it to a name first, or place "
           "it by hand (docs/MIGRATION.md#idiom-map)")))
+
+  def _structure(self, node):
+    for value in global_calls.structure_values(node) or ():
+      root = root_name(value)
+      if root is not None:
+        self._allow(value, "struct")
+        self.structures[id(root)] = node
+
+  def visit_Dict(self, node):
+    self._structure(node)
 
   def visit_Subscript(self, node):
     if is_index0(node):
