@@ -122,6 +122,18 @@ def test_the_state_is_followed_through_the_programs_functions(tmp_path,
   assert _script_output(port) == _script_output(source)
 
 
+def test_a_function_given_its_state_by_keyword_is_followed(tmp_path,
+                                                         capsys):
+  # `save(state=state, log=log)`: the keyword's name is no read of `state`.
+  by_keyword = SYNCED.replace("      save(state, log)\n",
+                              "      save(state=state, log=log)\n")
+  assert by_keyword != SYNCED
+  code, source, port, out = _rewritten(tmp_path, capsys, by_keyword)
+  assert code == 0 and "0 place(s) need a person" in out, out
+  assert "x[0]" not in rewrite_helpers.without_helpers(port.read_text())
+  assert _script_output(port) == _script_output(source)
+
+
 def test_public_functions_name_what_they_now_take_and_return(tmp_path,
                                                              capsys):
   _, _, _, out = _rewritten(tmp_path, capsys, SYNCED)
@@ -181,6 +193,18 @@ BLOCKED = {
         ("      state = sync_stats(state)\n",
          "      state = functools.reduce(lambda s, f: f(s), [sync_stats], "
          "state)\n"),
+        "argument 0 of cross_replica_mean, `state.stats`: where it comes "
+        "from is not in view"),
+    # Taken by `**kwargs`: no parameter of its name to follow.
+    "given to **kwargs": (
+        [("def main():\n", "def peek(**parts):\n"
+          "  print(parts[\"state\"].w.shape)\n\n\ndef main():\n"),
+         ("  log = []\n", "  log = []\n  peek(state=state)\n")],
+        "state is placed once on the mesh now"),
+    # The function's name bound to another value: its calls may be that.
+    "a function's name rebound": (
+        ("def main():\n", "if False:\n  sync_stats = print\n\n\n"
+         "def main():\n"),
         "argument 0 of cross_replica_mean, `state.stats`: where it comes "
         "from is not in view"),
     # A decorator may call it otherwise.

@@ -116,9 +116,11 @@ class Followed:
 
   def followed_function(self, name):
     """The def of `name` the reading follows into, or None: defined once,
-    undecorated, no step, called by name only (never a value)."""
+    undecorated, no step, its name never rebound, called by name only
+    (never a value)."""
     defs = self.r.functions.get(name, [])
-    if len(defs) != 1 or defs[0].node.decorators or name in self.r.steps:
+    if (len(defs) != 1 or defs[0].node.decorators or name in self.r.steps
+        or any(bound == name for _, bound in self.r.assigns)):
       return None
     called = {id(call.func) for *_, call in self.r.function_calls}
     if any(read == name and id(node) not in called
@@ -127,10 +129,12 @@ class Followed:
     return defs[0]
 
   def parameter_kind(self, function, param, depth=0):
-    """The layout every call of `function` gives `param`, or None."""
+    """The layout every call of `function` gives `param`, or None (also
+    where `param` is none of its named parameters: `**kwargs` takes it)."""
     definition = self.followed_function(function)
     calls = [c for c in self.r.function_calls if c[1] == function]
-    if definition is None or not calls or depth > 8:
+    if (definition is None or not calls or depth > 8
+        or param not in self.r.params.get(function, ())):
       return None
     given = {}
     for scope, _, line, call in calls:

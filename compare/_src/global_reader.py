@@ -46,6 +46,7 @@ class Reader(global_scopes.Scopes):
     self.factories = {}  # function returning a pmap -> (its line, call's)
     self.structures = {}  # id(root Name) -> the dict it is a value of
     self.step_args = set()  # ids of the expressions given to a step
+    self._keywords = set()  # ids of the keyword Names of arguments
     # Placement calls whose value the reading follows (a name bound to it,
     # a step's argument, a for statement's batches), and every call seen.
     self._followed, self.seen_calls = set(), []
@@ -316,11 +317,15 @@ class Reader(global_scopes.Scopes):
       self._allow(node.value, "index0", node)
     return True
 
+  def visit_Arg(self, node):
+    if node.keyword is not None:  # `f(state=...)`: a name, not a read
+      self._keywords.add(id(node.keyword))
+
   def visit_Name(self, node):
     context = self.get_metadata(metadata.ExpressionContextProvider, node,
                                 None)
     if context != metadata.ExpressionContext.LOAD or any(
-        node.value in own for own in self._own):
+        node.value in own for own in self._own) or id(node) in self._keywords:
       return
     hows = {how for key, how in self._allowed if key == id(node)}
     if (node.value in self.steps and node.value != self._declared
