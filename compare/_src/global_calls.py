@@ -114,17 +114,30 @@ class Followed:
   (mixed in: `self.r` is the reading, `self.kind` and
   `self.expression_kind` its answers, `self.blockers` its places)."""
 
+  def _bound_to(self, kind) -> list:
+    """`(scope, name, binding)` of each name bound to `kind`."""
+    return [(scope, name, a) for (scope, name), assigns
+            in self.r.assigns.items() for a in assigns if a.kind == kind]
+
+  def _calls_of(self, function) -> list:
+    """The line of each call of `function` by its name."""
+    return [line for line, call in self.r.seen_calls
+            if rewrite_pmap.dotted(call.func) == function]
+
+  def _as_value(self, name) -> list:
+    """The lines where `name` is read other than as the function called."""
+    called = {id(call.func) for _, call in self.r.seen_calls}
+    return [line for _, read, line, _, node in self.r.reads
+            if read == name and id(node) not in called]
+
   def followed_function(self, name):
     """The def of `name` the reading follows into, or None: defined once,
     undecorated, no step, its name never rebound, called by name only
     (never a value)."""
     defs = self.r.functions.get(name, [])
     if (len(defs) != 1 or defs[0].node.decorators or name in self.r.steps
-        or any(bound == name for _, bound in self.r.assigns)):
-      return None
-    called = {id(call.func) for *_, call in self.r.function_calls}
-    if any(read == name and id(node) not in called
-           for _, read, _, _, node in self.r.reads):
+        or any(bound == name for _, bound in self.r.assigns)
+        or self._as_value(name)):
       return None
     return defs[0]
 
@@ -173,15 +186,13 @@ class Followed:
                                                 seen)
     if "struct" in hows:
       made = self.r.structures[id(node)]
-      named = [(s, n, a) for (s, n), assigns in self.r.assigns.items()
-               for a in assigns if a.kind == ("expr", made)]
+      named = self._bound_to(("expr", made))
       return (id(made) in self.r.step_args and not named) or (
           bool(named) and all(self._bound_as_one(*each, seen)
                               for each in named))
     if "replace" in hows:
       call = self.r.replaces[id(node)]
-      named = [(s, n, a) for (s, n), assigns in self.r.assigns.items()
-               for a in assigns if a.kind == ("expr", call)]
+      named = self._bound_to(("expr", call))
       if named:
         return all(self._bound_as_one(*each, seen) for each in named)
       if any(value is call for _, value in self.r.returns.get(scope, ())):
@@ -202,11 +213,8 @@ class Followed:
     """Each call of `function` binds what it returns (element `at`) to
     names read as one value. Called in no other way here, it is returned
     to callers in other files (`notes` names a public one's)."""
-    calls = [c for _, c in self.r.seen_calls
-             if rewrite_pmap.dotted(c.func) == function]
-    bound = [(s, n, a) for (s, n), assigns in self.r.assigns.items()
-             for a in assigns if a.kind == ("out", function, at)]
-    return len(calls) == len(bound) and all(
+    bound = self._bound_to(("out", function, at))
+    return len(self._calls_of(function)) == len(bound) and all(
         self._bound_as_one(*each, seen) for each in bound)
 
   def replace_kind(self, scope, node, line, depth=0):
@@ -295,23 +303,17 @@ class Followed:
             f"`{form}` so that it can be followed")))
     # Handed on as a value (`map(create, seeds)`), its results go where
     # the reading does not follow them.
-    called = {id(call.func) for _, call in self.r.seen_calls}
-    for _, name, at, _, node in self.r.reads:
-      if name == function and id(node) not in called:
-        self.blockers.append(Blocker(at, (
-            f"{function} returns {what} (line {line}) and is used here as "
-            f"a value: call it as `{form}` so that it can be followed")))
+    for at in self._as_value(function):
+      self.blockers.append(Blocker(at, (
+          f"{function} returns {what} (line {line}) and is used here as "
+          f"a value: call it as `{form}` so that it can be followed")))
 
   def check_factories(self):
     """A step made by a function that returns its pmap is read as the
     name its one call binds: a second call, a second def or a use as a
     value would give that one pmap two layouts' worth of callers."""
     for function, (line, bound_at) in self.r.factories.items():
-      calls = [at for at, c in self.r.seen_calls
-               if rewrite_pmap.dotted(c.func) == function]
-      called = {id(c.func) for _, c in self.r.seen_calls}
-      valued = [at for _, name, at, _, node in self.r.reads
-                if name == function and id(node) not in called]
+      calls, valued = self._calls_of(function), self._as_value(function)
       if len(calls) > 1 or valued or len(self.r.functions.get(function,
                                                               [])) != 1:
         self.blockers.append(Blocker(bound_at, (
