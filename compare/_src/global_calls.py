@@ -40,10 +40,11 @@ _LITERALS = (cst.Integer, cst.Float, cst.SimpleString)
 
 @dataclasses.dataclass(frozen=True)
 class Def:
-  """A function the program defines: its line, node, and whether at
-  module level (where another file may import it)."""
+  """A function the program defines: its first and last line, node, and
+  whether at module level (where another file may import it)."""
 
   line: int
+  end: int
   node: cst.FunctionDef
   module_level: bool
 
@@ -68,7 +69,7 @@ def structure_values(node):
   return None
 
 
-def _argument(definition, call, param):
+def argument(definition, call, param):
   """The expression `call` gives `param` of `definition`; None where the
   default is taken; False where it cannot be read (`*args`, `**kwargs`)."""
   if any(a.star for a in call.args):
@@ -151,7 +152,7 @@ class Followed:
       return None
     given = {}
     for scope, _, line, call in calls:
-      arg = _argument(definition.node, call, param)
+      arg = argument(definition.node, call, param)
       if arg is False:
         return None
       given.setdefault(_default_kind(definition.node, param) if arg is None
@@ -174,7 +175,7 @@ class Followed:
     the file's reads: no layout is assumed (a loop back: the others
     decide)."""
     scope, _, _, hows, node = read
-    if hows & {"unreplicate", "tree0", "step"}:
+    if hows & {"unreplicate", "tree0", "step", "toglobal"}:
       return True
     if "param" in hows:
       function, call, arg = self.r.param_of[id(node)]

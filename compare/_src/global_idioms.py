@@ -118,6 +118,18 @@ def is_tree_index0(node) -> bool:
           and fn.body.value.value == fn.params.params[0].name.value)
 
 
+def is_tree_to_global(node) -> bool:
+  """`jax.tree.map(ocp.utils.fully_replicated_host_local_array_to_global_array,
+  tree)` (flax wmt's and lm1b's, before Orbax saves a pmap state): of a
+  value placed with `P()` it is that value again, on a mesh of
+  `jax.devices()` (docs/jax-facts.md), so the read keeps it as it is."""
+  return (isinstance(node, cst.Call) and rewrite_pmap.dotted(node.func)
+          in TREE_MAPS and len(node.args) == 2
+          and not any(a.keyword or a.star for a in node.args)
+          and rewrite_pmap.dotted(node.args[0].value).endswith(
+              "fully_replicated_host_local_array_to_global_array"))
+
+
 def splitter_name(node) -> str | None:
   """The name of a function that splits a batch to `[devices, ...]`, else
   None: `def f(arr): return arr.reshape(n, arr.shape[0] // n,

@@ -28,6 +28,7 @@ not written for the file.
 import libcst as cst
 
 from compare._src import global_calls
+from compare._src import global_handed
 from compare._src import global_reader
 from compare._src import rewrite_pmap
 from compare._src.global_idioms import code_of
@@ -45,7 +46,7 @@ from compare._src.global_layouts_types import StepLayout
 __all__ = ["B", "Blocker", "CONFLICT", "R", "S", "StepLayout", "read"]
 
 
-class _Layouts(global_calls.Followed):
+class _Layouts(global_calls.Followed, global_handed.Handed):
   """The reading's answers: each name's layout where it is read, each
   step's outputs, the places that block."""
 
@@ -272,7 +273,7 @@ class _Layouts(global_calls.Followed):
       if name not in names or name in self.r.steps:
         continue
       kind = self.kind(scope, name, line, strict=False)
-      allowed = {R: {"step", "unreplicate", "tree0", "alias"},
+      allowed = {R: {"step", "unreplicate", "tree0", "alias", "toglobal"},
                  B: {"step", "alias"}, "biter": {"biter", "return"}
                  }.get(kind)
       if allowed is None:
@@ -342,6 +343,7 @@ def read(wrapper, builds_pmap, is_pmap_decorator, declared=None):
   reader = global_reader.Reader(builds_pmap, is_pmap_decorator, declared)
   wrapper.visit(reader)
   layouts = _Layouts(reader)
+  layouts.follow_handed_steps()
   layouts.resolve_outputs()
   layouts.resolve_arguments()
   layouts.check_reads()

@@ -63,7 +63,9 @@ class Reader(global_scopes.Scopes):
     self.replaces = {}    # id(root Name) -> its `x.replace(k=v)` call
     # (step, line, scope, x's root Name): an output put into `x.replace`.
     self.inline = []
-    self._inline = {}  # id of each `v` of `x.replace(k=v)` -> x's root
+    self.inline_roots = {}  # id of each `v` of `x.replace(k=v)` -> x's root
+    # (line, step, Name) of each step read other than called by name.
+    self.step_values = []
 
   def _allow(self, node, how: str, container=None):
     root = root_name(node)
@@ -71,6 +73,12 @@ class Reader(global_scopes.Scopes):
       self._allowed.add((id(root), how))
       if container is not None:
         self.containers[id(root)] = (container, node)
+
+  def given_to_step(self, value):
+    """`value` is an argument of a step's call."""
+    self._allow(value, "step")
+    self._followed.add(id(value))
+    self.step_args.add(id(value))
 
   def _made_in(self, value):
     """The pmap `value`, a call `make_step(...)`, returns: the factory's
@@ -95,8 +103,8 @@ class Reader(global_scopes.Scopes):
 
   def visit_FunctionDef(self, node):
     self.functions.setdefault(node.name.value, []).append(global_calls.Def(
-        self._line(node), node, len(self._scope) == 1 and not any(
-            self._own)))
+        self._line(node), self._pos(node).end.line, node,
+        len(self._scope) == 1 and not any(self._own)))
     name = splitter_name(node)
     if name:
       self.known.splitters.add(name)
@@ -235,20 +243,18 @@ class Reader(global_scopes.Scopes):
     self.seen_calls.append((line, node))
     if name in self.steps:
       self.calls.append((self._scope[-1], name, line, node))
-      if id(node) in self._inline:
+      if id(node) in self.inline_roots:
         self.inline.append((name, line, self._scope[-1],
-                            self._inline[id(node)]))
+                            self.inline_roots[id(node)]))
       for arg in node.args:
-        self._allow(arg.value, "step")
-        self._followed.add(id(arg.value))
-        self.step_args.add(id(arg.value))
+        self.given_to_step(arg.value)
     elif global_calls.is_replace(node):
       root = root_name(node.func.value)
       if root is not None:
         self._allow(node.func.value, "replace")
         self.replaces[id(root)] = node
         for arg in node.args:
-          self._inline[id(arg.value)] = root
+          self.inline_roots[id(arg.value)] = root
     elif global_calls.structure_values(node) is not None:
       self._structure(node)
     elif is_unreplicate_call(node):
@@ -268,6 +274,8 @@ class Reader(global_scopes.Scopes):
         self._allow(value, "unreplicate", node)
     elif is_tree_index0(node):
       self._allow(node.args[1].value, "tree0", node)
+    elif global_idioms.is_tree_to_global(node):
+      self._allow(node.args[1].value, "toglobal")
     elif name.endswith(".replicate") and not is_replicate_call(node, self.known):
       self.blockers.append(Blocker(line, (
           f"{name}(...): " + rewrite_pmap.OWN_REPLICATE)))
@@ -331,8 +339,7 @@ class Reader(global_scopes.Scopes):
     if (node.value in self.steps and node.value != self._declared
         and id(node) not in self._mapped
         and not any(c[3].func is node for c in self.calls)):
-      self.blockers.append(Blocker(self._line(node), (
-          f"{node.value}, a pmapped step, used as a value: its calls are "
-          "not all in view (call it by its name)")))
+      # A place unless given to a function followed (`global_handed`).
+      self.step_values.append((self._line(node), node.value, node))
     self.reads.append((self._scope[-1], node.value, self._line(node),
                        hows, node))
