@@ -113,10 +113,10 @@ class Handed:
         self.r.inline.append((name, line, scope,
                               self.r.inline_roots[id(call)]))
       for arg in call.args:
-        self.r.given_to_step(arg.value)
+        self.r.given_to_step(arg)
         root = root_name(arg.value)
         if root is not None and id(root) in reads:
           reads[id(root)].discard("param")
-          reads[id(root)].add("step")
+          reads[id(root)].add("step" if arg.keyword is None else "stepkw")
           self.r.param_of.pop(id(root), None)
 

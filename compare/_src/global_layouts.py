@@ -273,8 +273,10 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
       if name not in names or name in self.r.steps:
         continue
       kind = self.kind(scope, name, line, strict=False)
-      allowed = {R: {"step", "unreplicate", "tree0", "alias", "toglobal"},
-                 B: {"step", "alias"}, "biter": {"biter", "return"}
+      # By keyword: `resolve_arguments` names the place.
+      allowed = {R: {"step", "stepkw", "unreplicate", "tree0", "alias",
+                     "toglobal"},
+                 B: {"step", "stepkw", "alias"}, "biter": {"biter", "return"}
                  }.get(kind)
       if allowed is None:
         continue
@@ -349,6 +351,7 @@ def read(wrapper, builds_pmap, is_pmap_decorator, declared=None):
   layouts.check_reads()
   layouts.check_returns()
   layouts.check_factories()
-  blockers = sorted(set(layouts.blockers), key=lambda b: b.line)
+  # By line, then by words: a set's order changes from run to run.
+  blockers = sorted(set(layouts.blockers), key=lambda b: (b.line, b.text))
   return (reader.steps, reader.replace, reader.known, blockers,
           reader.shadowed, layouts.notes())

@@ -74,9 +74,11 @@ class Reader(global_scopes.Scopes):
       if container is not None:
         self.containers[id(root)] = (container, node)
 
-  def given_to_step(self, value):
-    """`value` is an argument of a step's call."""
-    self._allow(value, "step")
+  def given_to_step(self, arg):
+    """`arg` is an argument of a step's call. By keyword it keeps pmap's
+    stacked layout (`global_layouts.resolve_arguments`): no read as one."""
+    value = arg.value
+    self._allow(value, "step" if arg.keyword is None else "stepkw")
     self._followed.add(id(value))
     self.step_args.add(id(value))
 
@@ -247,7 +249,7 @@ class Reader(global_scopes.Scopes):
         self.inline.append((name, line, self._scope[-1],
                             self.inline_roots[id(node)]))
       for arg in node.args:
-        self.given_to_step(arg.value)
+        self.given_to_step(arg)
     elif global_calls.is_replace(node):
       root = root_name(node.func.value)
       if root is not None:
