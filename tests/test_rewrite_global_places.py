@@ -161,6 +161,21 @@ BLOCKED = {
         "run(r, [b0])\n"
         "run(np.stack([s0] * 8), [b0])\n",
         "r is placed once on the mesh now"),
+    # One output layout per step: unpacked at one call, kept whole at the
+    # other, its parts cannot be told.
+    "unpacked at one call, kept whole at another": (
+        "s = jax_utils.replicate(s0)\n"
+        "s, m = p_step(s, common_utils.shard(b0))\n"
+        "out = p_step(s, common_utils.shard(b0))\n"
+        "print(out)\n",
+        "p_step's output is unpacked at some calls and kept whole at others"),
+    # One in_specs per step: a replicated state at one call, a state
+    # stacked by hand at the other.
+    "called with two layouts": (
+        "s = jax_utils.replicate(s0)\n"
+        "s, m = p_step(s, common_utils.shard(b0))\n"
+        "t, m = p_step(np.stack([s0] * 8), common_utils.shard(b0))\n",
+        "p_step is called with arguments of other layouts than at line"),
 }
 
 
