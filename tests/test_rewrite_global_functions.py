@@ -241,4 +241,7 @@ def test_what_the_functions_do_not_show_is_reported_by_line(case, tmp_path,
                if "NEEDS A PERSON" in line), out
   assert all(re.search(r"team\.py:\d+: NEEDS A PERSON: global step not "
                        "written", line) for line in lines), lines
+  # Each place names the guide's page a person follows.
+  assert all(re.search(r"docs/[A-Z-]+\.md#[a-z-]+", line)
+             for line in out.splitlines() if "NEEDS A PERSON" in line), out
   assert "jax.device_put(" not in port.read_text()

@@ -199,6 +199,9 @@ def test_a_step_whose_calls_are_not_all_in_view_is_reported(case, tmp_path,
   assert lines, out
   assert all(re.search(r"wmtlike\.py:\d+: NEEDS A PERSON: global step not "
                        "written", line) for line in lines), lines
+  # Each place names the guide's page a person follows.
+  assert all(re.search(r"docs/[A-Z-]+\.md#[a-z-]+", line)
+             for line in out.splitlines() if "NEEDS A PERSON" in line), out
   assert "jax.device_put(" not in port.read_text()
 
 

@@ -3,6 +3,7 @@ cannot take is reported by line (exit 1), and the first step written in
 its place: pmap's layout at every call site, no placement of the second.
 """
 
+import pathlib
 import re
 
 import pytest
@@ -192,6 +193,22 @@ def test_each_construct_it_cannot_take_is_reported_by_line(case, tmp_path,
   assert lines, out
   assert all(re.search(r"team\.py:\d+: NEEDS A PERSON: global step not "
                        "written", line) for line in lines), lines
+  # Each place names the guide's page a person follows.
+  assert all(re.search(r"docs/[A-Z-]+\.md#[a-z-]+", line)
+             for line in out.splitlines() if "NEEDS A PERSON" in line), out
   # The first step is written instead: pmap's layout at every call site.
   assert "jax.shard_map(" in port.read_text()
   assert "jax.device_put(" not in port.read_text()
+
+
+def test_every_page_of_the_guide_a_message_names_exists():
+  # A place's reference is a claim: the page and its anchor exist.
+  root = pathlib.Path(__file__).resolve().parent.parent
+  named = set()
+  for source in (root / "compare" / "_src").glob("*.py"):
+    text = re.sub(r'"\s*\n\s*f?"', "", source.read_text())  # one literal
+    named |= set(re.findall(r"docs/([A-Z-]+\.md)#([a-z0-9-]+)", text))
+  assert len(named) > 5, named
+  for page, anchor in sorted(named):
+    assert f'<a id="{anchor}">' in (root / "docs" / page).read_text(), (
+        page, anchor)

@@ -301,13 +301,15 @@ class Followed:
           else self.r.unpacked_calls.get(id(call)) != length):
         self.blockers.append(Blocker(at, (
             f"{function} returns {what} (line {line}): call it as "
-            f"`{form}` so that it can be followed")))
+            f"`{form}` so that it can be followed (docs/REWRITE.md"
+            "#functions)")))
     # Handed on as a value (`map(create, seeds)`), its results go where
     # the reading does not follow them.
     for at in self._as_value(function):
       self.blockers.append(Blocker(at, (
           f"{function} returns {what} (line {line}) and is used here as "
-          f"a value: call it as `{form}` so that it can be followed")))
+          f"a value: call it as `{form}` so that it can be followed "
+          "(docs/REWRITE.md#functions)")))
 
   def check_factories(self):
     """A step made by a function that returns its pmap is read as the
@@ -321,7 +323,8 @@ class Followed:
             f"{function} returns a pmap (line {line}) and is defined or "
             f"called other than once as `step = {function}(...)` (lines "
             f"{sorted(set(calls + valued))}): each call's step is that one "
-            "pmap to the reading; call it once")))
+            "pmap to the reading; call it once (docs/REWRITE.md#functions)"
+            )))
 
   def notes(self):
     """What each public module-level function now takes or returns, as

@@ -43,7 +43,8 @@ class Handed:
                                                        arg)
       why = self._why_not_followed(function, param, name)
       if why:
-        self.blockers.append(Blocker(line, f"{name}, a pmapped step, {why}"))
+        self.blockers.append(Blocker(line, (
+            f"{name}, a pmapped step, {why} (docs/REWRITE.md#functions)")))
         continue
       handed.add((function, param))
     for function, param in handed:
@@ -54,7 +55,8 @@ class Handed:
         self.blockers.append(Blocker(line, (
             f"{name} is a parameter of {scope}, named as a pmapped step: "
             "the reading goes by name; give the step to it by that name at "
-            "every call, or rename the parameter")))
+            "every call, or rename the parameter (docs/REWRITE.md"
+            "#functions)")))
 
   def _why_not_followed(self, function, param, name) -> str:
     """Why the step given to `function`'s `param` cannot be followed;

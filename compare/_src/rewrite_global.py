@@ -190,6 +190,18 @@ def _axis_of(module, aliases, line, path):
       "(the same devices, in the same order)"))]
 
 
+# Where a place names no page of the guide, the one a person follows to
+# write the global step by hand.
+_BY_HAND = "docs/MIGRATION.md#idiom-map"
+
+
+def _place(text: str) -> str:
+  """A place's finding: why, and the guide's page for it."""
+  if "docs/" not in text:
+    text += f" (by hand: {_BY_HAND})"
+  return f"global step not written: {text}"
+
+
 def rewrite_global_source(source: str, path: str = "<string>",
                           declared: "Declared | None" = None
                           ) -> rewrite_file.Rewrite:
@@ -256,7 +268,8 @@ def rewrite_global_source(source: str, path: str = "<string>",
     blockers.append(global_layouts.Blocker(step.line, (
         f"{step.name} is never called in this file: its callers' layouts "
         "are not in view (--prove with the team's compare.Port declares "
-        "them: the state replicated, the batch split by rows)")))
+        "them: the state replicated, the batch split by rows: "
+        "docs/REWRITE.md#declared)")))
   named = {s.line for s in steps.values()} | shadowed
   for port in first.ports:
     if port.line in named:
@@ -273,17 +286,17 @@ def rewrite_global_source(source: str, path: str = "<string>",
         "a pmap bound to no name here (returned, passed on, or called "
         "where it is made): its callers' layouts are not in view; bind it "
         "to a name the file calls, or declare them with --prove (the "
-        "team's compare.Port)")))
+        "team's compare.Port: docs/REWRITE.md#declared)")))
   if blockers:
     return rewrite_file.Rewrite(first.code, first.findings + tuple(
-        Finding(b.line, "person", f"global step not written: {b.text}")
+        Finding(b.line, "person", _place(b.text))
         for b in blockers), first.ports)
   writer = GlobalRewriter(aliases, steps, replace, axis, known,
                           declared and declared.name)
   new = wrapper.visit(writer)
   if writer.blockers:
     return rewrite_file.Rewrite(first.code, first.findings + tuple(
-        Finding(b.line, "person", f"global step not written: {b.text}")
+        Finding(b.line, "person", _place(b.text))
         for b in writer.blockers), first.ports)
   return rewrite_file.Rewrite(
       rewrite_file.with_imports(new.code, module, writer.uses_static),
