@@ -7,7 +7,8 @@
 
 Runs `train.train_and_evaluate` as the example's own `train_test.py` does
 (`tfds.testing.mock_data`), `_ResNet1`, global batch 16, 4 steps, on 8
-emulated CPU devices, and prints every scalar it wrote to tensorboard but
+emulated CPU devices, and prints a digest of each leaf of the checkpoint
+it saves at the last step and every scalar it wrote to tensorboard but
 `steps_per_second`. Run it with a Python that has tensorflow-cpu,
 tensorboard, tensorflow-datasets, clu and ml_collections beside jax (`pip
 install` each; CI does not, tensorflow is large). No ImageNet here: the
@@ -21,6 +22,7 @@ to run) replaced by its center crop and no flip.
 """
 
 import glob
+import hashlib
 import os
 import sys
 import tempfile
@@ -28,6 +30,7 @@ import tempfile
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -73,6 +76,13 @@ def main(folder: str) -> None:
   write_split_sizes(data_dir)
   with tfds.testing.mock_data(num_examples=EXAMPLES, data_dir=data_dir):
     train.train_and_evaluate(workdir=workdir, config=config)
+  # The checkpoint of the last step, leaf by leaf: a digest of its bytes.
+  from flax.training import checkpoints  # pylint: disable=g-import-not-at-top
+  saved = checkpoints.restore_checkpoint(workdir, None)
+  for path, leaf in jax.tree_util.tree_flatten_with_path(saved)[0]:
+    leaf = np.asarray(leaf)
+    print("checkpoint", jax.tree_util.keystr(path), leaf.dtype, leaf.shape,
+          hashlib.sha256(leaf.tobytes()).hexdigest()[:16])
   for path in sorted(glob.glob(os.path.join(workdir, "**", "events.*"),
                                recursive=True)):
     events = event_accumulator.EventAccumulator(path,
