@@ -16,6 +16,7 @@ import pytest
 from compare import rewrite
 from compare._src import rewrite_helpers
 from tests.test_rewrite import _script_output  # pylint: disable=g-bad-import-order
+from tests.test_rewrite_global_places import assert_places
 
 SYNCED = '''
 import functools
@@ -232,16 +233,10 @@ def test_what_the_functions_do_not_show_is_reported_by_line(case, tmp_path,
     text = text.replace(old, new)
   code, _, port, out = _rewritten(tmp_path, capsys, text)
   assert code == 1, out
-  lines = [line for line in out.splitlines() if why in line]
-  assert lines, out
+  assert_places(out, "team", why)
   if case in ONE_REASON:
     # The one reason, not its echoes elsewhere (a `.replace` of the
     # stacked state blamed for the step's output put into it).
     assert all(why in line for line in out.splitlines()
                if "NEEDS A PERSON" in line), out
-  assert all(re.search(r"team\.py:\d+: NEEDS A PERSON: global step not "
-                       "written", line) for line in lines), lines
-  # Each place names the guide's page a person follows.
-  assert all(re.search(r"docs/[A-Z-]+\.md#[a-z-]+", line)
-             for line in out.splitlines() if "NEEDS A PERSON" in line), out
   assert "jax.device_put(" not in port.read_text()

@@ -10,13 +10,12 @@ take the second step with no place left and print the original's numbers.
 Where the step's calls are not all in view, the place is named by line.
 """
 
-import re
-
 import pytest
 
-from compare import rewrite
 from compare._src import rewrite_helpers
 from tests.test_rewrite import _script_output  # pylint: disable=g-bad-import-order
+from tests.test_rewrite_global_functions import _rewritten as rewritten
+from tests.test_rewrite_global_places import assert_places
 
 HANDED = '''
 import functools
@@ -112,11 +111,8 @@ main()
 '''
 
 
-def _rewritten(tmp_path, capsys, text, name="wmtlike"):
-  source, port = tmp_path / f"{name}.py", tmp_path / f"{name}_g.py"
-  source.write_text(text)
-  code = rewrite.main([str(source), "-o", str(port), "--global"])
-  return code, source, port, capsys.readouterr().out
+def _rewritten(tmp_path, capsys, text):
+  return rewritten(tmp_path, capsys, text, "wmtlike")
 
 
 def test_a_step_handed_to_the_programs_function_is_followed(tmp_path, capsys):
@@ -195,13 +191,7 @@ def test_a_step_whose_calls_are_not_all_in_view_is_reported(case, tmp_path,
     text = text.replace(old, new)
   code, _, port, out = _rewritten(tmp_path, capsys, text)
   assert code == 1, out
-  lines = [line for line in out.splitlines() if why in line]
-  assert lines, out
-  assert all(re.search(r"wmtlike\.py:\d+: NEEDS A PERSON: global step not "
-                       "written", line) for line in lines), lines
-  # Each place names the guide's page a person follows.
-  assert all(re.search(r"docs/[A-Z-]+\.md#[a-z-]+", line)
-             for line in out.splitlines() if "NEEDS A PERSON" in line), out
+  assert_places(out, "wmtlike", why)
   assert "jax.device_put(" not in port.read_text()
 
 
@@ -216,8 +206,7 @@ def test_orbax_conversion_keeps_only_a_replicated_value(tmp_path, capsys):
   assert text != HANDED
   code, _, _, out = _rewritten(tmp_path, capsys, text)
   assert code == 1, out
-  assert re.search(r"wmtlike\.py:\d+: NEEDS A PERSON: global step not "
-                   r"written: batch is a global batch now", out), out
+  assert_places(out, "wmtlike", "batch is a global batch now")
 
 
 def test_a_key_per_device_fed_back_by_keyword_stays_stacked(tmp_path, capsys):

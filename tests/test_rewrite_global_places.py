@@ -22,6 +22,17 @@ def train_step(state, batch):
 p_step = jax.pmap(train_step, axis_name="batch")
 '''
 
+def assert_places(out: str, stem: str, why: str) -> None:
+  """`out`, a report, names a place of the global step in `stem`.py for
+  `why`, by line, and each place names the guide's page a person follows."""
+  lines = [line for line in out.splitlines() if why in line]
+  assert lines, out
+  assert all(re.search(rf"{stem}\.py:\d+: NEEDS A PERSON: global step not "
+                       "written", line) for line in lines), lines
+  assert all(re.search(r"docs/[A-Z-]+\.md#[a-z-]+", line)
+             for line in out.splitlines() if "NEEDS A PERSON" in line), out
+
+
 BLOCKED = {
     "a parameter": ("def run(state, batch):\n"
                     "  return p_step(state, common_utils.shard(batch))\n",
@@ -189,13 +200,7 @@ def test_each_construct_it_cannot_take_is_reported_by_line(case, tmp_path,
   port = tmp_path / "team_global.py"
   assert rewrite.main([str(source), "-o", str(port), "--global"]) == 1
   out = capsys.readouterr().out
-  lines = [line for line in out.splitlines() if why in line]
-  assert lines, out
-  assert all(re.search(r"team\.py:\d+: NEEDS A PERSON: global step not "
-                       "written", line) for line in lines), lines
-  # Each place names the guide's page a person follows.
-  assert all(re.search(r"docs/[A-Z-]+\.md#[a-z-]+", line)
-             for line in out.splitlines() if "NEEDS A PERSON" in line), out
+  assert_places(out, "team", why)
   # The first step is written instead: pmap's layout at every call site.
   assert "jax.shard_map(" in port.read_text()
   assert "jax.device_put(" not in port.read_text()

@@ -21,36 +21,22 @@ stateful random ops in a parallel map, which no seed makes reproducible run
 to run) replaced by its center crop and no flip.
 """
 
-import glob
-import hashlib
 import os
+import pathlib
 import sys
 import tempfile
 
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from bench.real_programs import tfds_mock  # pylint: disable=g-import-not-at-top,wrong-import-position
+
 EXAMPLES = 64
-
-
-def write_split_sizes(data_dir: str) -> None:
-  """imagenet2012's metadata with `EXAMPLES` per split, for the mock."""
-  builder = tfds.builder("imagenet2012", data_dir=data_dir)
-  builder.info.set_splits(tfds.core.SplitDict([
-      tfds.core.SplitInfo(
-          name=name, shard_lengths=[EXAMPLES], num_bytes=0,
-          filename_template=tfds.core.ShardedFileTemplate(
-              data_dir=builder.data_dir, dataset_name="imagenet2012",
-              split=name, filetype_suffix="tfrecord",
-              template="{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"))
-      for name in ("train", "validation")]))
-  os.makedirs(builder.data_dir, exist_ok=True)
-  builder.info.write_to_directory(builder.data_dir)
 
 
 def main(folder: str) -> None:
@@ -62,7 +48,6 @@ def main(folder: str) -> None:
   import input_pipeline  # pylint: disable=g-import-not-at-top
   import train  # pylint: disable=g-import-not-at-top
   from configs import default  # pylint: disable=g-import-not-at-top
-  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
   input_pipeline._decode_and_random_crop = (  # pylint: disable=protected-access
       input_pipeline._decode_and_center_crop)  # pylint: disable=protected-access
   tf.image.random_flip_left_right = lambda image, seed=None: image
@@ -73,26 +58,11 @@ def main(folder: str) -> None:
   config.steps_per_eval, config.log_every_steps = 2, 2
   config.profile, config.shuffle_buffer_size, config.prefetch = False, 16, 1
   data_dir, workdir = tempfile.mkdtemp(), tempfile.mkdtemp()
-  write_split_sizes(data_dir)
+  tfds_mock.write_split_sizes(data_dir, "imagenet2012",
+                              ("train", "validation"), EXAMPLES)
   with tfds.testing.mock_data(num_examples=EXAMPLES, data_dir=data_dir):
     train.train_and_evaluate(workdir=workdir, config=config)
-  # The checkpoint of the last step, leaf by leaf: a digest of its bytes.
-  from flax.training import checkpoints  # pylint: disable=g-import-not-at-top
-  saved = checkpoints.restore_checkpoint(workdir, None)
-  for path, leaf in jax.tree_util.tree_flatten_with_path(saved)[0]:
-    leaf = np.asarray(leaf)
-    print("checkpoint", jax.tree_util.keystr(path), leaf.dtype, leaf.shape,
-          hashlib.sha256(leaf.tobytes()).hexdigest()[:16])
-  for path in sorted(glob.glob(os.path.join(workdir, "**", "events.*"),
-                               recursive=True)):
-    events = event_accumulator.EventAccumulator(path,
-                                                size_guidance={"tensors": 0})
-    events.Reload()
-    for tag in sorted(events.Tags()["tensors"]):
-      if "steps_per_second" not in tag:
-        for event in events.Tensors(tag):
-          print(tag, event.step,
-                repr(float(tf.make_ndarray(event.tensor_proto))))
+  tfds_mock.print_outputs(workdir)
 
 
 if __name__ == "__main__":
