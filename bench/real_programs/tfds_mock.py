@@ -8,11 +8,22 @@ by those scripts only (CI does not install tensorflow).
 import glob
 import hashlib
 import os
+import sys
 
 import jax
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
+
+
+def enter(folder: str) -> None:
+  """tensorflow on the CPU, tf's and numpy's seeds set, and `folder` (the
+  example) first on the path and the working directory, as its tests run."""
+  tf.config.set_visible_devices([], "GPU")
+  tf.random.set_seed(0)
+  np.random.seed(0)
+  sys.path.insert(0, os.path.abspath(folder))
+  os.chdir(folder)
 
 
 def write_split_sizes(data_dir: str, dataset: str, splits, examples: int):

@@ -26,8 +26,6 @@ os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
-import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from bench.real_programs import tfds_mock  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -39,11 +37,7 @@ SPLITS = {"wmt17_translate/de-en": ("train", "validation", "test"),
 
 
 def main(folder: str) -> None:
-  tf.config.set_visible_devices([], "GPU")
-  tf.random.set_seed(0)
-  np.random.seed(0)
-  sys.path.insert(0, os.path.abspath(folder))
-  os.chdir(folder)
+  tfds_mock.enter(folder)
   import train  # pylint: disable=g-import-not-at-top
   from configs import default  # pylint: disable=g-import-not-at-top
 
