@@ -148,6 +148,15 @@ BLOCKED = {
         [("  print(\"last\",", "  evaluate(p_eval_step=p_train_step, "
           "params=params, eval_batches=[])\n  print(\"last\",")],
         "gives its parameter p_eval_step something else"),
+    # Another function binds a value of the step's name and gives it on.
+    "a local of the step's name": (
+        [("def make_batches(rng, n):",
+          "def evaluate_other(batches):\n"
+          "  p_eval_step = lambda p, b: {\"loss\": 0.0, \"denominator\": 1}\n"
+          "  return evaluate(p_eval_step=p_eval_step, params=None,\n"
+          "                  eval_batches=batches)\n\n\n"
+          "def make_batches(rng, n):")],
+        "gives it the p_eval_step its own function binds"),
     # Handed on again inside the function: its calls there are not seen.
     "handed on again": (
         [("    metrics = p_eval_step(params, eval_batch)",

@@ -173,6 +173,17 @@ BLOCKED = {
         "run(r, [b0])\n"
         "run(np.stack([s0] * 8), [b0])\n",
         "r is placed once on the mesh now"),
+    # A local of a step's name in another function is not the step: its
+    # calls would take the global arrays the step takes.
+    "a local of a step's name": (
+        "def debug(s, b):\n"
+        "  p_step = lambda s, b: (s, b.shape)\n"
+        "  return p_step(s, b)\n"
+        "s = jax_utils.replicate(s0)\n"
+        "x = common_utils.shard(b0)\n"
+        "s, m = p_step(s, x)\n"
+        "print(debug(s, x))\n",
+        "p_step is bound in debug at line"),
     # One output layout per step: unpacked at one call, kept whole at the
     # other, its parts cannot be told.
     "unpacked at one call, kept whole at another": (

@@ -49,9 +49,18 @@ class Handed:
       handed.add((function, param))
     for function, param in handed:
       self._calls_become_steps(function, param)
-    # A parameter named as a step but not given it: its calls are no step's.
+    # A name of a step's bound in the calling function (a local, or a
+    # parameter not given the step): its calls are no step's.
     for scope, name, line, _ in list(self.r.calls):
-      if name in self.r.params.get(scope, ()) and (scope, name) not in handed:
+      local = [a for a in self.r.assigns.get((scope, name), ())
+               if a.kind != ("param", scope, name)]
+      if local:
+        self.blockers.append(Blocker(line, (
+            f"{name} is bound in {scope} at line {local[0].line} to a value "
+            "other than the pmapped step of that name: the reading goes by "
+            "name; rename one (docs/REWRITE.md#functions)")))
+      elif name in self.r.params.get(scope, ()) and (scope,
+                                                      name) not in handed:
         self.blockers.append(Blocker(line, (
             f"{name} is a parameter of {scope}, named as a pmapped step: "
             "the reading goes by name; give the step to it by that name at "
@@ -84,6 +93,11 @@ class Handed:
         return (f"given to {function}, whose call at line {line} gives its "
                 f"parameter {param} something else: give it {name} at "
                 "every call")
+      if self.r.assigns.get((scope, name)):
+        # A name of the step's bound where that call is: not the step.
+        return (f"given to {function}, whose call at line {line} gives it "
+                f"the {name} its own function binds: name the step alone "
+                f"{name}")
     if any(bound.kind != ("param", function, param)
            for bound in self.r.assigns.get((function, param), ())):
       return f"given to {function}, which binds {param} again"
