@@ -9,6 +9,7 @@ import re
 import pytest
 
 from compare import rewrite
+from tests.test_rewrite import _script_output  # pylint: disable=g-bad-import-order
 
 
 _STEP = '''
@@ -184,6 +185,18 @@ BLOCKED = {
         "s, m = p_step(s, x)\n"
         "print(debug(s, x))\n",
         "p_step is bound in debug at line"),
+    # A nested function reads the value when it is called: written before
+    # the binding, it still sees the replicated state (a false pass before).
+    "read in a nested function": (
+        "def run(s0, b0):\n"
+        "  def show():\n"
+        "    print(s.shape)\n"
+        "  s = jax_utils.replicate(s0)\n"
+        "  x = common_utils.shard(b0)\n"
+        "  show()\n"
+        "  out, m = p_step(s, x)\n"
+        "  return m\n",
+        "s is placed once on the mesh now"),
     # One output layout per step: unpacked at one call, kept whole at the
     # other, its parts cannot be told.
     "unpacked at one call, kept whole at another": (
@@ -228,3 +241,46 @@ def test_every_page_of_the_guide_a_message_names_exists():
   for page, anchor in sorted(named):
     assert f'<a id="{anchor}">' in (root / "docs" / page).read_text(), (
         page, anchor)
+
+
+CLOSURE = """
+import jax
+import numpy as np
+from flax import jax_utils
+from flax.training import common_utils
+
+
+def train_step(state, batch):
+  return state + jax.lax.pmean(batch.sum(), "batch"), batch.sum()
+
+
+def main():
+  p_step = jax.pmap(train_step, axis_name="batch")
+  state = jax_utils.replicate(np.float32(0))
+  x = common_utils.shard(np.arange(48, dtype=np.float32).reshape(16, 3))
+
+  def step(s):
+    new, metrics = p_step(s, x)
+    return new, metrics
+
+  for _ in range(3):
+    state, m = step(state)
+    print(np.asarray(m).tolist())
+  print(float(jax_utils.unreplicate(state)))
+
+
+main()
+"""
+
+
+def test_a_nested_function_giving_the_step_its_values_is_taken(tmp_path,
+                                                               capsys):
+  # The closure's reads are the step's arguments: taken, and the port
+  # prints pmap's numbers (per device metrics, the state).
+  source, port = tmp_path / "closure.py", tmp_path / "closure_g.py"
+  source.write_text(CLOSURE)
+  assert rewrite.main([str(source), "-o", str(port), "--global"]) == 0
+  out = capsys.readouterr().out
+  assert "0 place(s) need a person" in out, out
+  assert "jax_utils.replicate(" not in port.read_text()
+  assert _script_output(port) == _script_output(source)

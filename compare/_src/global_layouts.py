@@ -18,7 +18,9 @@ in once the file's `replicate`/`shard` calls are rewritten:
   reads per device): `P(axis)`, each device's block without its axis of 1.
 
 The reading is by name, within each function, in line order (a value
-reassigned later in an enclosing loop counts from the loop's start). A value
+reassigned later in an enclosing loop counts from the loop's start; a
+nested function's read of the enclosing one's value, any of its bindings).
+A value
 whose layout cannot be told, or that is read in a way the global layout
 changes, is a `Blocker` with its line and reason: the global step is then
 not written for the file.
@@ -58,15 +60,22 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
     self.read_per_device = {}
 
   def _assigns(self, scope, name):
-    found = self.r.assigns.get((scope, name))
-    if found is None and scope != "<module>" and name not in self.r.params.get(
-        scope, ()):
-      return "<module>", self.r.assigns.get(("<module>", name), [])
-    return scope, found or []
+    """The scope whose binding of `name` a read in `scope` sees (its own,
+    an enclosing function's, the module's) and that scope's bindings."""
+    while scope != "<module>":
+      found = self.r.assigns.get((scope, name))
+      if found is not None or name in self.r.params.get(scope, ()):
+        return scope, found or []
+      scope = self.r.parents.get(scope, "<module>")
+    return scope, self.r.assigns.get((scope, name), [])
 
   def reaching(self, scope, name, line):
-    """The bindings of `name` whose value a read at `line` may see."""
-    scope, assigns = self._assigns(scope, name)
+    """The bindings of `name` whose value a read at `line` may see: in a
+    function nested in the one that binds it, any (the closure reads the
+    value when it is called, not where it is written)."""
+    own, (scope, assigns) = scope, self._assigns(scope, name)
+    if scope not in (own, "<module>"):
+      return scope, assigns
     # A binding whose statement ends at or after the read (the read in
     # its own right-hand side, on any of its lines) is a later one.
     prior = [a for a in assigns if a.end < line]
@@ -90,10 +99,10 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
     argument), values of no layout the global step changes may mix: the
     read sees what it saw before (`predict`'s `activations`, the inputs and
     then each layer's output)."""
-    scope, bindings = self.reaching(scope, name, line)
+    own, (scope, bindings) = scope, self.reaching(scope, name, line)
     if not bindings or depth > 8:
       return None
-    if not any(a.end < line for a in bindings):
+    if scope in (own, "<module>") and not any(a.end < line for a in bindings):
       # Only the loop binds it, later: its first pass reads a value from
       # outside (a parameter, the caller's), out of view whatever the loop
       # makes of it.

@@ -116,6 +116,7 @@ class Reader(global_scopes.Scopes):
         self._add_step(StepLayout(
             self._line(decorator), node.name.value,
             static=static_argnums(expr.args if isinstance(expr, cst.Call) else ())))
+    self.parents[node.name.value] = self._scope[-1]
     self._scope.append(node.name.value)
     self.params[node.name.value] = {
         p.name.value for p in (*node.params.params, *node.params.kwonly_params,

@@ -36,6 +36,7 @@ class Scopes(cst.CSTVisitor):
     self.assigns = {}     # (scope, name) -> [Assign]
     self.loops = {}       # scope -> [(start, end)]
     self.params = {}      # scope -> set of names
+    self.parents = {}     # a function's scope -> the scope it is defined in
     self._scope = ["<module>"]
     self._own = []  # the names each enclosing lambda/comprehension binds
 
