@@ -197,6 +197,29 @@ BLOCKED = {
         "  out, m = p_step(s, x)\n"
         "  return m\n",
         "s is placed once on the mesh now"),
+    # Either side of an `if` may have run: a replicated state on one, one
+    # stacked by hand on the other (a false pass before: the last binding
+    # by line decided, and the replicate was placed P() all the same).
+    "bound on either side of an if": (
+        "def run(restore, s0, b0):\n"
+        "  if restore:\n"
+        "    s = jax_utils.replicate(s0)\n"
+        "  else:\n"
+        "    s = np.stack([s0] * 8)\n"
+        "  out, m = p_step(s, common_utils.shard(b0))\n"
+        "  return m\n",
+        "s holds values of different layouts here (bound at lines"),
+    # A `try` whose body placed it may have failed before the binding.
+    "bound in a try": (
+        "def run(s0, b0):\n"
+        "  s = np.stack([s0] * 8)\n"
+        "  try:\n"
+        "    s = jax_utils.replicate(s0)\n"
+        "  except ValueError:\n"
+        "    pass\n"
+        "  out, m = p_step(s, common_utils.shard(b0))\n"
+        "  return m\n",
+        "s holds values of different layouts here (bound at lines"),
     # One output layout per step: unpacked at one call, kept whole at the
     # other, its parts cannot be told.
     "unpacked at one call, kept whole at another": (
@@ -283,4 +306,66 @@ def test_a_nested_function_giving_the_step_its_values_is_taken(tmp_path,
   out = capsys.readouterr().out
   assert "0 place(s) need a person" in out, out
   assert "jax_utils.replicate(" not in port.read_text()
+  assert _script_output(port) == _script_output(source)
+
+
+# Inside the step, per-device values bound on either side of an `if`, as
+# flax imagenet's `dynamic_scale` is (`state.dynamic_scale`, then the
+# scaler's output when there is one): none is placed, none is a place.
+BRANCHES = """
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import jax_utils
+from flax import struct
+from flax.training import common_utils
+
+
+@struct.dataclass
+class State:
+  w: jnp.ndarray
+  scale: jnp.ndarray
+
+
+def scaled(scale, batch):
+  return scale * 1.5, batch.sum()
+
+
+def train_step(state, batch, use_scale=True):
+  scale = state.scale
+  if use_scale:
+    scale, total = scaled(scale, batch)
+  else:
+    total = batch.sum()
+  new_state = state.replace(w=state.w + jax.lax.pmean(total, "batch"))
+  if use_scale:
+    new_state = new_state.replace(scale=scale)
+  return new_state, total
+
+
+def main(restore):
+  p_step = jax.pmap(train_step, axis_name="batch")
+  if restore:
+    state = jax_utils.replicate(State(np.float32(1), np.float32(1)))
+  else:
+    state = jax_utils.replicate(State(np.float32(0), np.float32(1)))
+  x = common_utils.shard(np.arange(48, dtype=np.float32).reshape(16, 3))
+  state, m = p_step(state, x)
+  final = jax_utils.unreplicate(state)
+  print(float(final.w), float(final.scale), np.asarray(m).tolist())
+
+
+main(len(sys.argv) > 1)
+"""
+
+
+def test_the_same_layout_on_either_side_of_an_if_is_taken(tmp_path, capsys):
+  source, port = tmp_path / "branches.py", tmp_path / "branches_g.py"
+  source.write_text(BRANCHES)
+  assert rewrite.main([str(source), "-o", str(port), "--global"]) == 0
+  out = capsys.readouterr().out
+  assert "0 place(s) need a person" in out, out
+  assert port.read_text().count("jax.P())") == 2
   assert _script_output(port) == _script_output(source)

@@ -82,12 +82,23 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
     if not prior:
       return scope, [a for a in assigns if a.end >= line][-1:] if (
           self._in_loop(scope, line)) else []
-    last = prior[-1]
+    # A binding in a block that may not have run (an `if`, a `try`) leaves
+    # the one before it in play.
+    at = len(prior) - 1
+    while at > 0 and self._conditional(scope, prior[at], line):
+      at -= 1
+    chosen = prior[at:]
     loop = self._in_loop(scope, line)
-    if loop and last.line < loop[0]:
-      return scope, [last] + [a for a in assigns
+    if loop and chosen[-1].line < loop[0]:
+      return scope, chosen + [a for a in assigns
                               if a.end >= line and a.line <= loop[1]]
-    return scope, [last]
+    return scope, chosen
+
+  def _conditional(self, scope, assign, line) -> bool:
+    """Whether `assign` is in a block that may not run and that does not
+    hold the read at `line`."""
+    return any(start <= assign.line <= end and not start <= line <= end
+               for start, end in self.r.suites.get(scope, ()))
 
   def _in_loop(self, scope, line):
     loops = [l for l in self.r.loops.get(scope, ()) if l[0] <= line <= l[1]]
@@ -112,8 +123,12 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
       return CYCLE if depth else None
     if len(kinds) == 1:
       return kinds.pop()
-    if not strict and not kinds & {R, B, "biter", CONFLICT}:
-      return None
+    placed = kinds & {R, B, "biter", CONFLICT}
+    if not placed and (not strict or any(
+        self._conditional(scope, a, line) for a in bindings)):
+      # Values the global step does not place, from either side of an
+      # `if` (inside a pmapped body, say): what they were, as before.
+      return None if None in kinds or not strict else S
     per_device = sorted({self.read_per_device[a.kind[1:]] for a in bindings
                          if isinstance(a.kind, tuple) and a.kind[0] == "out"
                          and a.kind[1:] in self.read_per_device})

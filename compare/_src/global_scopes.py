@@ -37,6 +37,9 @@ class Scopes(cst.CSTVisitor):
     self.loops = {}       # scope -> [(start, end)]
     self.params = {}      # scope -> set of names
     self.parents = {}     # a function's scope -> the scope it is defined in
+    # scope -> [(start, end)] of each block that may not run: an `if`'s
+    # and an `else`'s body, a `try`'s body, handlers and `else`.
+    self.suites = {}
     self._scope = ["<module>"]
     self._own = []  # the names each enclosing lambda/comprehension binds
 
@@ -79,6 +82,23 @@ class Scopes(cst.CSTVisitor):
 
   def visit_While(self, node):
     self._loop(node)
+
+  def _suite(self, block):
+    pos = self._pos(block)
+    self.suites.setdefault(self._scope[-1], []).append(
+        (pos.start.line, pos.end.line))
+
+  def visit_If(self, node):
+    self._suite(node.body)
+    if isinstance(node.orelse, cst.Else):
+      self._suite(node.orelse.body)  # an `elif` is an If of its own
+
+  def visit_Try(self, node):
+    self._suite(node.body)
+    for handler in node.handlers:
+      self._suite(handler.body)
+    if node.orelse is not None:
+      self._suite(node.orelse.body)
 
   def _names(self, target):
     """The names a target binds (`x`, `(x, y)`, `[x, *rest]`)."""

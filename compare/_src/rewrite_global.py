@@ -198,7 +198,7 @@ _BY_HAND = "docs/MIGRATION.md#idiom-map"
 def _place(text: str) -> str:
   """A place's finding: why, and the guide's page for it."""
   if "docs/" not in text:
-    text += f" (by hand: {_BY_HAND})"
+    text += f" ({_BY_HAND})"
   return f"global step not written: {text}"
 
 
