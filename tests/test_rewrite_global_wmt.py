@@ -1,7 +1,9 @@
 """`--global` on flax's examples/wmt `train.py` as its authors wrote it.
 
-The file (tests/rewrite_inputs/flax_wmt_train.py) hands its steps to its
-own functions (`evaluate(p_eval_step=p_eval_step, ...)`), converts its
+The file (tests/rewrite_inputs/flax_wmt_train.txt, kept as text: it is
+flax's program, not ours, copied to `train.py` to be read) hands its
+steps to its own functions (`evaluate(p_eval_step=p_eval_step, ...)`),
+converts its
 state for Orbax, and reads pmap's layout in two places a person must
 rewrite: a pmap over one device per host, and `tohost` of the prediction
 batch. The report must name those and nothing else; with the person's
@@ -36,7 +38,7 @@ def _global(folder, capsys):
 
 
 def test_wmt_as_written_names_the_two_reads_of_pmaps_layout(tmp_path, capsys):
-  shutil.copy(INPUTS / "flax_wmt_train.py", tmp_path / "train.py")
+  shutil.copy(INPUTS / "flax_wmt_train.txt", tmp_path / "train.py")
   code, _, out = _global(tmp_path, capsys)
   assert code == 1, out
   person = re.findall(r"train\.py:\d+: NEEDS A PERSON: (.*)", out)
@@ -47,7 +49,7 @@ def test_wmt_as_written_names_the_two_reads_of_pmaps_layout(tmp_path, capsys):
 
 
 def test_wmt_with_the_persons_edit_takes_the_second_step(tmp_path, capsys):
-  shutil.copy(INPUTS / "flax_wmt_train.py", tmp_path / "train.py")
+  shutil.copy(INPUTS / "flax_wmt_train.txt", tmp_path / "train.py")
   edited = tmp_path / "edited"
   assert wmt_person.main(str(tmp_path), str(edited)) == 0
   code, port, out = _global(edited, capsys)

@@ -41,7 +41,7 @@ class Handed:
       definition = self.followed_function(function)
       param = definition and global_calls.parameter_of(definition.node, call,
                                                        arg)
-      why = self._why_not_followed(function, param, name)
+      why = self._why_not_followed(function, definition, param, name)
       if why:
         self.blockers.append(Blocker(line, (
             f"{name}, a pmapped step, {why} (docs/REWRITE.md#functions)")))
@@ -67,10 +67,9 @@ class Handed:
             "every call, or rename the parameter (docs/REWRITE.md"
             "#functions)")))
 
-  def _why_not_followed(self, function, param, name) -> str:
-    """Why the step given to `function`'s `param` cannot be followed;
-    empty where it can."""
-    definition = self.followed_function(function)
+  def _why_not_followed(self, function, definition, param, name) -> str:
+    """Why the step given to `function` (`definition`, where followed) as
+    `param` cannot be followed; empty where it can."""
     if not self.r.functions.get(function):
       return (f"given to {function}, not a function of this file: its "
               "calls are not in view")
