@@ -3,10 +3,9 @@
 The file (tests/rewrite_inputs/flax_wmt_train.txt, kept as text: it is
 flax's program, not ours, copied to `train.py` to be read) hands its
 steps to its own functions (`evaluate(p_eval_step=p_eval_step, ...)`),
-converts its
-state for Orbax, and reads pmap's layout in two places a person must
-rewrite: a pmap over one device per host, and `tohost` of the prediction
-batch. The report must name those and nothing else; with the person's
+converts its state for Orbax, and reads pmap's layout in two places a
+person must rewrite: a pmap over one device per host, and `tohost` of the
+prediction batch. The report must name those and nothing else; with the person's
 edit (`bench/real_programs/wmt_person.py`) the second step is written
 whole. Running both is `bench/real_programs/wmt_mock.py`'s (tensorflow,
 not in CI): docs/REWRITE.md has what it printed.
