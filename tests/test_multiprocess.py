@@ -48,6 +48,12 @@ TRAIN = ["--strategy", "data_parallel", "--workload", "linreg",
          "--batch-size", "32", "--checkpoint-every", "2", "--eval-every", "2"]
 # The fault tests' bound: every process gone this long after the kill.
 FAULT_S = 60
+# Without the suite's compilation cache (tests/conftest.py): these jobs
+# check that every process compiles alike and sizes XLA's thread pool alike
+# (`launcher.worker_env`), which an executable loaded from a cache that
+# another process compiled would stand in for.
+ENV = {name: value for name, value in os.environ.items() if not
+       name.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
 
 
 def _command(module, *args):
@@ -55,8 +61,9 @@ def _command(module, *args):
 
 
 def _run(module, *args, timeout=600):
-  return subprocess.run(_command(module, *args), cwd=ROOT, text=True,
-                        capture_output=True, timeout=timeout, check=False)
+  return subprocess.run(_command(module, *args), cwd=ROOT, env=ENV,
+                        text=True, capture_output=True, timeout=timeout,
+                        check=False)
 
 
 def _left_behind(marker) -> list[str]:
@@ -206,8 +213,8 @@ def test_training_program_matches_one_process_and_resumes_after_a_kill(
   killed = tmp_path / "killed"
   argv = _command("legacy_pmap.train", *TRAIN, "--steps", "6", "--workdir",
                   killed, "--processes", "2", "--devices", "4")
-  job = subprocess.Popen(argv, cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+  job = subprocess.Popen(argv, cwd=ROOT, env=ENV, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
   try:
     for line in job.stdout:
       if line.startswith("step 4 "):
@@ -244,7 +251,8 @@ def test_compare_killed_worker_ends_the_job(tmp_path):
       _command("compare", "--strategy", "data_parallel", "--workload",
                "linreg", "--steps", "100000", "--batch-size", "32",
                "--processes", "2", "--devices", "4", "--json", out),
-      cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+      cwd=ROOT, env=ENV, text=True, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE)
   try:
     deadline = time.monotonic() + 300
     victim = None
