@@ -56,6 +56,9 @@ else
          tests/test_ensemble_data.py
          tests/test_equivalence.py)
 fi
+# The rewrite of jax.device_put_replicated/_sharded, which run here only:
+# the original program against its rewrite.
+tests+=(tests/test_rewrite_removed_puts.py)
 part tests python -m pytest -p no:cacheprovider "${tests[@]}"
 
 out=$(mktemp -d)

@@ -8,7 +8,10 @@ step's output. For the latter, each port the first step wrote,
         ...)), donate_argnums=N))
 
 is read back as `jax.pmap(F, axis_name=AXIS, in_axes=A, out_axes=O,
-donate_argnums=N[, devices=D])` and the helpers it added are taken out, so
+donate_argnums=N[, devices=D])`, each `_pmap_put_replicated(...)` and
+`_pmap_put_sharded(...)` as the `jax.device_put_replicated(...)` and
+`jax.device_put_sharded(...)` it replaced, and the helpers it added are
+taken out, so
 that both steps are taken from one reading. `line_of` maps the lines of the
 text read back to the file's own, for the report.
 """
@@ -71,7 +74,10 @@ def undone(source: str) -> str | None:
   if "_pmap_waited(" not in source or rewrite_helpers.HELPERS not in source:
     return None
   text = source.replace(rewrite_helpers.HELPERS, "").replace(
-      rewrite_helpers.STATIC_HELPER, "")
+      rewrite_helpers.STATIC_HELPER, "").replace(
+          rewrite_helpers.PUT_HELPER, "")
+  for removed, helper in rewrite_pmap.REMOVED_PUTS.items():
+    text = text.replace(f"{helper}(", f"{removed}(")
   text = "".join(line for line in text.splitlines(keepends=True)
                  if not line.rstrip().endswith(MARK))
   return cst.parse_module(text).visit(_Undo()).code

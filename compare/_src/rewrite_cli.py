@@ -21,6 +21,7 @@ from shardport.launch import emulation
 from compare._src import global_calls
 from compare._src import rewrite_file
 from compare._src import rewrite_global
+from compare._src import rewrite_pmap
 from compare._src.rewrite_file import RewriteError
 
 EXIT_DONE, EXIT_PERSON, EXIT_USAGE, EXIT_CRASH = 0, 1, 2, 4
@@ -206,7 +207,7 @@ def report_lines(results, global_step: bool = False) -> list[str]:
   """The report: one line per finding, by file and line, then the counts
   (with `global_step`, no pointer to the step it already asked for)."""
   lines, counts = [], {kind: 0 for kind in _KIND}
-  pmaps = placed = declared = public = 0
+  pmaps = placed = declared = public = removed = 0
   for source, target, rewrite in results:
     if rewrite is None:
       continue
@@ -216,6 +217,8 @@ def report_lines(results, global_step: bool = False) -> list[str]:
       if finding.kind == "changed":
         if finding.text.startswith("pmap over"):
           pmaps += 1
+        elif finding.text.startswith(rewrite_pmap.REMOVED):
+          removed += 1
         elif finding.text.startswith(rewrite_global.DECLARED):
           declared += 1
         elif finding.text.startswith(global_calls.CALLERS):
@@ -241,7 +244,10 @@ def report_lines(results, global_step: bool = False) -> list[str]:
                     "global arrays (callers in other files: out of view)"
                     if public else ""))
     return lines
-  lines.append(f"{pmaps} pmap(s) rewritten, {counts['person']} "
+  lines.append(f"{pmaps} pmap(s) rewritten, "
+               + (f"{removed} call(s) jax 0.10 removed rewritten, "
+                  if removed else "")
+               + f"{counts['person']} "
                f"place(s) need a person, {counts['kept']} call site(s) keep "
                "pmap's stacked layout (the next step: the state placed once "
                "on the mesh, --global; docs/MIGRATION.md#idiom-map)")

@@ -62,11 +62,14 @@ class _References(cst.CSTVisitor):
   def __init__(self, aliases):
     super().__init__()
     self.aliases, self.lines = aliases, []
+    self.removed = False  # a call jax 0.10 removed, which pmap fed on
 
   def _add(self, node):
     if rewrite_pmap.is_pmap(node, self.aliases):
       self.lines.append(
           self.get_metadata(metadata.PositionProvider, node).start.line)
+    elif rewrite_pmap.dotted(node) in rewrite_pmap.REMOVED_PUTS:
+      self.removed = True
 
   def visit_Attribute(self, node):
     self._add(node)
@@ -78,7 +81,8 @@ class _References(cst.CSTVisitor):
     return False  # `from jax import pmap` is not a use
 
 
-def with_imports(code: str, module: cst.Module, static: bool) -> str:
+def with_imports(code: str, module: cst.Module, static: bool,
+                 put: bool = False) -> str:
   """`code` with the helpers' imports and the helpers after the imports."""
   have = {cst.Module([]).code_for_node(s).strip() for s in module.body
           if isinstance(s, cst.SimpleStatementLine)}
@@ -94,8 +98,9 @@ def with_imports(code: str, module: cst.Module, static: bool) -> str:
   if needed:
     head += "".join(f"{line}  # compare.rewrite's helpers\n"
                     for line in needed)
-  helpers = rewrite_helpers.HELPERS + (rewrite_helpers.STATIC_HELPER if static
-                                    else "")
+  helpers = (rewrite_helpers.HELPERS
+             + (rewrite_helpers.STATIC_HELPER if static else "")
+             + (rewrite_helpers.PUT_HELPER if put else ""))
   return head + helpers + "".join(lines[last:])
 
 
@@ -121,7 +126,7 @@ def rewrite_source(source: str, path: str = "<string>") -> Rewrite:
   wrapper = metadata.MetadataWrapper(module)
   references = _References(aliases)
   wrapper.visit(references)
-  if not references.lines:
+  if not references.lines and not references.removed:
     raise RewriteError(f"{path}: no jax.pmap found" + (
         " (it is the first step's output: --global takes the second)"
         if "_pmap_waited(" in source else ""))
@@ -132,7 +137,8 @@ def rewrite_source(source: str, path: str = "<string>") -> Rewrite:
   findings += [Finding(line, "person", "jax.pmap used as a value (not "
                        "called or a decorator): rewrite it by hand")
                for line in sorted(set(references.lines) - seen)]
-  code = (with_imports(new.code, module, rewriter.uses_static)
-          if rewriter.changed else source)
+  code = (with_imports(new.code, module, rewriter.uses_static,
+                       rewriter.uses_put)
+          if rewriter.changed or rewriter.uses_put else source)
   return Rewrite(code, tuple(sorted(findings, key=lambda f: f.line)),
                  tuple(rewriter.ports))

@@ -236,6 +236,12 @@ def rewrite_global_source(source: str, path: str = "<string>",
         min(f.line for f in first.findings if f.kind == "person"), "person",
         "the global step needs every pmap rewritten first: written is the "
         "first step"),), first.ports)
+  if not first.ports:  # only calls jax 0.10 removed: their pmap is elsewhere
+    return rewrite_file.Rewrite(first.code, first.findings + tuple(
+        Finding(f.line, "person", _place(
+            "no pmap in this file takes what this call places; move it with "
+            "the step that does (docs/MIGRATION.md#staged)")) for f in first.findings if f.kind == "kept"),
+                                first.ports)
   module = cst.parse_module(source)
   aliases = rewrite_file.pmap_aliases(module)
   axis, blockers, axes_finding = _axis_of(
@@ -299,7 +305,8 @@ def rewrite_global_source(source: str, path: str = "<string>",
         Finding(b.line, "person", _place(b.text))
         for b in writer.blockers), first.ports)
   return rewrite_file.Rewrite(
-      rewrite_file.with_imports(new.code, module, writer.uses_static),
+      rewrite_file.with_imports(new.code, module, writer.uses_static,
+                                writer.uses_put),
       tuple(sorted(writer.findings + declared_findings + axes_finding + [
           Finding(line, "changed", text) for line, text in notes],
                    key=lambda f: f.line)),

@@ -6,6 +6,9 @@ built once per axis; `_pmap_view`, a step as pmap ran it on one device;
 arguments); `_pmap_waited`, each call waited for on XLA:CPU.
 `STATIC_HELPER` (where a pmap has `static_broadcasted_argnums`):
 `_pmap_static`, the static arguments bound into the step.
+`PUT_HELPER` (where the file calls `jax.device_put_replicated` or
+`jax.device_put_sharded`, which jax 0.10 removed): `_pmap_put_replicated`
+and `_pmap_put_sharded`, the same stacked arrays.
 """
 
 HELPERS = '''
@@ -91,9 +94,38 @@ def _pmap_static(shard_mapped, fn, static_argnums):
   return call
 '''
 
+PUT_HELPER = '''
+
+def _pmap_stacked_sharding(devices):
+  """Row i of a stacked array on `devices[i]`: pmap's layout over them."""
+  return jax.sharding.NamedSharding(
+      _pmap_mesh("_pmap_devices", tuple(devices)),
+      jax.sharding.PartitionSpec("_pmap_devices"))
+
+
+def _pmap_put_replicated(x, devices):
+  """`jax.device_put_replicated(x, devices)` (removed in jax 0.10): each leaf
+  of `x` stacked once per device, row i on `devices[i]`."""
+  sharding = _pmap_stacked_sharding(devices)
+  return jax.tree.map(lambda leaf: jax.device_put(np.broadcast_to(
+      leaf, (len(devices), *np.shape(leaf))), sharding), x)
+
+
+def _pmap_put_sharded(shards, devices):
+  """`jax.device_put_sharded(shards, devices)` (removed in jax 0.10): the
+  trees `shards` stacked leaf by leaf, shard i on `devices[i]`."""
+  sharding = _pmap_stacked_sharding(devices)
+  return jax.tree.map(
+      lambda *leaves: jax.make_array_from_single_device_arrays(
+          (len(leaves), *np.shape(leaves[0])), sharding,
+          [jax.device_put(np.asarray(leaf)[None], device)
+           for leaf, device in zip(leaves, devices)]), *shards)
+'''
+
+
 def without_helpers(code: str) -> str:
   """`code` (a rewritten file) without the helpers the rewrite added: the
   program as it reads."""
-  for helper in (HELPERS, STATIC_HELPER):
+  for helper in (HELPERS, STATIC_HELPER, PUT_HELPER):
     code = code.replace(helper, "")
   return code

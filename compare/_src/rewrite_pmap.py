@@ -56,6 +56,12 @@ _STACKED_CALLS = {
                           "#prefetch)",
     "local_device_count": "the device count used to split: the mesh's size"}
 
+# jax 0.10 removed these; the first step writes the helper that does what
+# each did (`rewrite_helpers.PUT_HELPER`), and the report says so.
+REMOVED_PUTS = {"jax.device_put_replicated": "_pmap_put_replicated",
+                "jax.device_put_sharded": "_pmap_put_sharded"}
+REMOVED = "removed in jax 0.10:"
+
 # Where a port's source names the pmapped function (`Port.template`).
 FUN = "__pmapped_function__"
 
@@ -154,6 +160,7 @@ class PmapRewriter(cst.CSTTransformer):
     self.unnamed = False
     self.changed = 0
     self.uses_static = False
+    self.uses_put = False
     self._decorated: list[tuple[str, str]] = []
     self._nested: set[int] = set()
     self.ports: list[Port] = []
@@ -335,6 +342,16 @@ class PmapRewriter(cst.CSTTransformer):
           f"{name}: flax NNX and equinox map their own state; port it to "
           "nnx.shard_map or eqx.filter_shard_map by hand (the guide's "
           "examples/nnx_mlp and examples/equinox_mlp)")))
+    if name in REMOVED_PUTS:
+      self.uses_put = True
+      helper = REMOVED_PUTS[name]
+      self.findings.append(Finding(line, "changed", (
+          f"{REMOVED} {name}(...) -> {helper}(...): the same stacked array, "
+          "row i on the i-th device given (docs/MIGRATION.md#staged)")))
+      self.findings.append(Finding(line, "kept", f"{helper}(...): " + (
+          _STACKED_CALLS["replicate"] if tail.endswith("replicated")
+          else _STACKED_CALLS["shard"])))
+      return updated.with_changes(func=cst.Name(helper))
     if _stacked_call(name, tail):
       self.findings.append(Finding(line, "kept", f"{name}(...): " + (
           OWN_REPLICATE if tail == "replicate" and not is_flax_replicate(name)
