@@ -64,6 +64,11 @@ def test_each_removed_call_is_rewritten_and_reported(tmp_path, capsys):
                       "_pmap_put_replicated"),
                      ("39", "jax.device_put_sharded", "_pmap_put_sharded"),
                      ("40", "jax.device_put_sharded", "_pmap_put_sharded")]
+  kept = re.findall(r":(\d+): kept: (_pmap_put_\w+)\(\.\.\.\): the (\w+ \w+)",
+                    out)
+  assert kept == [("32", "_pmap_put_replicated", "state copied"),
+                  ("39", "_pmap_put_sharded", "batch reshaped"),
+                  ("40", "_pmap_put_sharded", "batch reshaped")], out
   assert ("1 pmap(s) rewritten, 3 call(s) jax 0.10 removed rewritten, 0 "
           "place(s) need a person, 3 call site(s) keep") in out, out
   text = port.read_text()

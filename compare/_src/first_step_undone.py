@@ -22,6 +22,7 @@ import libcst as cst
 
 from compare._src import rewrite_helpers
 from compare._src import rewrite_pmap
+from compare._src import stacked_calls
 
 MARK = "# compare.rewrite's helpers"
 
@@ -76,7 +77,7 @@ def undone(source: str) -> str | None:
   text = source.replace(rewrite_helpers.HELPERS, "").replace(
       rewrite_helpers.STATIC_HELPER, "").replace(
           rewrite_helpers.PUT_HELPER, "")
-  for removed, helper in rewrite_pmap.REMOVED_PUTS.items():
+  for removed, helper in stacked_calls.REMOVED_PUTS.items():
     text = text.replace(f"{helper}(", f"{removed}(")
   text = "".join(line for line in text.splitlines(keepends=True)
                  if not line.rstrip().endswith(MARK))

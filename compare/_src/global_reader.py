@@ -8,6 +8,7 @@ from compare._src import global_calls
 from compare._src import global_idioms
 from compare._src import global_scopes
 from compare._src import rewrite_pmap
+from compare._src import stacked_calls
 from compare._src.global_idioms import is_index0
 from compare._src.global_idioms import is_prefetch
 from compare._src.global_idioms import is_replicate_call
@@ -281,7 +282,7 @@ class Reader(global_scopes.Scopes):
       self._allow(node.args[1].value, "toglobal")
     elif name.endswith(".replicate") and not is_replicate_call(node, self.known):
       self.blockers.append(Blocker(line, (
-          f"{name}(...): " + rewrite_pmap.OWN_REPLICATE)))
+          f"{name}(...): " + stacked_calls.OWN_REPLICATE)))
     elif name.endswith("prefetch_to_device") and not is_prefetch(node):
       self.blockers.append(Blocker(line, (
           "prefetch_to_device's batches given by keyword or */**: place "

@@ -21,7 +21,7 @@ from shardport.launch import emulation
 from compare._src import global_calls
 from compare._src import rewrite_file
 from compare._src import rewrite_global
-from compare._src import rewrite_pmap
+from compare._src import stacked_calls
 from compare._src.rewrite_file import RewriteError
 
 EXIT_DONE, EXIT_PERSON, EXIT_USAGE, EXIT_CRASH = 0, 1, 2, 4
@@ -217,7 +217,7 @@ def report_lines(results, global_step: bool = False) -> list[str]:
       if finding.kind == "changed":
         if finding.text.startswith("pmap over"):
           pmaps += 1
-        elif finding.text.startswith(rewrite_pmap.REMOVED):
+        elif finding.text.startswith(stacked_calls.REMOVED):
           removed += 1
         elif finding.text.startswith(rewrite_global.DECLARED):
           declared += 1

@@ -11,6 +11,7 @@ from libcst import metadata
 
 from compare._src import rewrite_helpers
 from compare._src import rewrite_pmap
+from compare._src import stacked_calls
 from compare._src.rewrite_pmap import Finding
 
 
@@ -68,7 +69,7 @@ class _References(cst.CSTVisitor):
     if rewrite_pmap.is_pmap(node, self.aliases):
       self.lines.append(
           self.get_metadata(metadata.PositionProvider, node).start.line)
-    elif rewrite_pmap.dotted(node) in rewrite_pmap.REMOVED_PUTS:
+    elif rewrite_pmap.dotted(node) in stacked_calls.REMOVED_PUTS:
       self.removed = True
 
   def visit_Attribute(self, node):

@@ -29,6 +29,7 @@ import libcst as cst
 from libcst import metadata
 
 from compare._src import pmap_arguments
+from compare._src import stacked_calls
 
 # Collectives whose axis must be one a pmap of this file names.
 _COLLECTIVES = ("pmean", "psum", "pmax", "pmin", "all_gather", "axis_index",
@@ -41,27 +42,6 @@ _FOR_A_PERSON = {
     "axis_size": "axis_size: pmap over a given axis size has no devices to "
     "build a mesh from",
     "backend": "backend: the mesh's devices choose the backend"}
-# Call sites that pmap's stacked layout keeps, named in the report.
-_STACKED_CALLS = {
-    "replicate": "the state copied per device: place it once with "
-                 "jax.device_put(x, NamedSharding(mesh, P())) "
-                 "(docs/MIGRATION.md#idiom-map)",
-    "unreplicate": "one device's copy read back: the value itself once the "
-                   "state is placed on the mesh (docs/MIGRATION.md"
-                   "#trap-unreplicate)",
-    "shard": "the batch reshaped to [devices, ...]: place the global batch "
-             "with NamedSharding(mesh, P(axis)) (docs/MIGRATION.md#prefetch)",
-    "prefetch_to_device": "batches stacked per device: jax.device_put each "
-                          "global batch onto the mesh (docs/MIGRATION.md"
-                          "#prefetch)",
-    "local_device_count": "the device count used to split: the mesh's size"}
-
-# jax 0.10 removed these; the first step writes the helper that does what
-# each did (`rewrite_helpers.PUT_HELPER`), and the report says so.
-REMOVED_PUTS = {"jax.device_put_replicated": "_pmap_put_replicated",
-                "jax.device_put_sharded": "_pmap_put_sharded"}
-REMOVED = "removed in jax 0.10:"
-
 # Where a port's source names the pmapped function (`Port.template`).
 FUN = "__pmapped_function__"
 
@@ -106,29 +86,6 @@ def dotted(node) -> str:
 def is_pmap(node, aliases) -> bool:
   name = dotted(node)
   return name in aliases or name == "jax.pmap"
-
-
-# A `replicate` of the program's own may copy some fields and split others
-# (transformers' flax examples: `TrainState.replicate` splits the dropout key
-# per device with `shard_prng_key`), so no one placement is advised.
-OWN_REPLICATE = ("a replicate of the program's own (transformers' "
-                 "TrainState.replicate also splits the dropout key per "
-                 "device): place what it copies with P() and what it splits "
-                 "with P(axis) (docs/MIGRATION.md#idiom-map)")
-
-
-def is_flax_replicate(name: str) -> bool:
-  """`flax.jax_utils.replicate`, as imported (`jax_utils.replicate`, or
-  `replicate` from `flax.jax_utils`)."""
-  return name == "replicate" or name.endswith("jax_utils.replicate")
-
-
-def _stacked_call(name: str, tail: str) -> bool:
-  """Whether a call keeps pmap's stacked layout (a `shard` only as
-  flax's `common_utils.shard`: a team's own `shard` may be anything)."""
-  if tail == "shard":
-    return name.endswith("common_utils.shard")
-  return tail in _STACKED_CALLS
 
 
 def _is_partial(node) -> bool:
@@ -342,20 +299,14 @@ class PmapRewriter(cst.CSTTransformer):
           f"{name}: flax NNX and equinox map their own state; port it to "
           "nnx.shard_map or eqx.filter_shard_map by hand (the guide's "
           "examples/nnx_mlp and examples/equinox_mlp)")))
-    if name in REMOVED_PUTS:
+    if name in stacked_calls.REMOVED_PUTS:
       self.uses_put = True
-      helper = REMOVED_PUTS[name]
-      self.findings.append(Finding(line, "changed", (
-          f"{REMOVED} {name}(...) -> {helper}(...): the same stacked array, "
-          "row i on the i-th device given (docs/MIGRATION.md#staged)")))
-      self.findings.append(Finding(line, "kept", f"{helper}(...): " + (
-          _STACKED_CALLS["replicate"] if tail.endswith("replicated")
-          else _STACKED_CALLS["shard"])))
+      helper = stacked_calls.REMOVED_PUTS[name]
+      self.findings += [Finding(line, "changed", stacked_calls.removed(name)),
+                        Finding(line, "kept", stacked_calls.kept(helper))]
       return updated.with_changes(func=cst.Name(helper))
-    if _stacked_call(name, tail):
-      self.findings.append(Finding(line, "kept", f"{name}(...): " + (
-          OWN_REPLICATE if tail == "replicate" and not is_flax_replicate(name)
-          else _STACKED_CALLS[tail])))
+    if stacked_calls.keeps_stack(name, tail):
+      self.findings.append(Finding(line, "kept", stacked_calls.kept(name)))
     return updated
 
   def _collective(self, call, tail, line):
