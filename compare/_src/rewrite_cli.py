@@ -234,7 +234,10 @@ def report_lines(results, global_step: bool = False) -> list[str]:
   if placed or global_step:
     where = (f"({first_only} file(s) the first step only: the places "
              "above)" if first_only else "to global arrays")
-    lines.append(f"{pmaps} pmap(s) rewritten {where}, {placed} "
+    lines.append(f"{pmaps} pmap(s) rewritten {where}, "
+                 + (f"{removed} call(s) jax 0.10 removed rewritten, "
+                    if removed else "")
+                 + f"{placed} "
                  f"call site(s) moved to global arrays, {counts['person']} "
                  f"place(s) need a person, {counts['kept']} call site(s) "
                  "keep pmap's stacked layout (values made or read per "
