@@ -175,3 +175,16 @@ def test_a_file_with_no_pmap_is_rewritten_and_global_says_why_not(
   assert re.search(r"place\.py:5: NEEDS A PERSON: global step not written: "
                    r"no pmap in this file takes what this call places", out)
   assert "_pmap_put_replicated(state" in port.read_text()
+
+
+def test_a_removed_function_used_as_a_value_is_left_to_a_person(capsys,
+                                                                 tmp_path):
+  source, port = tmp_path / "alias.py", tmp_path / "alias_port.py"
+  source.write_text("import jax\n\nput = jax.device_put_sharded\n"
+                    "state = jax.device_put_replicated(0, jax.devices())\n")
+  assert rewrite.main([str(source), "-o", str(port)]) == 1
+  out = capsys.readouterr().out
+  assert re.search(r"alias\.py:3: NEEDS A PERSON: a function jax 0\.10 "
+                   r"removed, used as a value", out), out
+  assert "alias.py:4: NEEDS A PERSON" not in out
+  assert "1 place(s) need a person" in out

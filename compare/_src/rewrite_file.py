@@ -63,14 +63,15 @@ class _References(cst.CSTVisitor):
   def __init__(self, aliases):
     super().__init__()
     self.aliases, self.lines = aliases, []
-    self.removed = False  # a call jax 0.10 removed, which pmap fed on
+    self.removed = []  # lines naming a call jax 0.10 removed
 
   def _add(self, node):
     if rewrite_pmap.is_pmap(node, self.aliases):
       self.lines.append(
           self.get_metadata(metadata.PositionProvider, node).start.line)
     elif rewrite_pmap.dotted(node) in stacked_calls.REMOVED_PUTS:
-      self.removed = True
+      self.removed.append(
+          self.get_metadata(metadata.PositionProvider, node).start.line)
 
   def visit_Attribute(self, node):
     self._add(node)
@@ -138,6 +139,10 @@ def rewrite_source(source: str, path: str = "<string>") -> Rewrite:
   findings += [Finding(line, "person", "jax.pmap used as a value (not "
                        "called or a decorator): rewrite it by hand")
                for line in sorted(set(references.lines) - seen)]
+  findings += [Finding(line, "person", "a function jax 0.10 removed, used "
+                       "as a value (not called): replace it by hand "
+                       "(docs/MIGRATION.md#staged)")
+               for line in sorted(set(references.removed) - seen)]
   code = (with_imports(new.code, module, rewriter.uses_static,
                        rewriter.uses_put)
           if rewriter.changed or rewriter.uses_put else source)
