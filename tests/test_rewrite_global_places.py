@@ -220,6 +220,18 @@ BLOCKED = {
         "  out, m = p_step(s, common_utils.shard(b0))\n"
         "  return m\n",
         "s holds values of different layouts here (bound at lines"),
+    # An `except` handler runs only where its `try` failed: its binding
+    # may not have run (a false pass were it taken as always run).
+    "bound in an except handler": (
+        "def run(s0, b0):\n"
+        "  s = np.stack([s0] * 8)\n"
+        "  try:\n"
+        "    b0 = np.asarray(b0)\n"
+        "  except ValueError:\n"
+        "    s = jax_utils.replicate(s0)\n"
+        "  out, m = p_step(s, common_utils.shard(b0))\n"
+        "  return m\n",
+        "s holds values of different layouts here (bound at lines"),
     # One output layout per step: unpacked at one call, kept whole at the
     # other, its parts cannot be told.
     "unpacked at one call, kept whole at another": (

@@ -188,3 +188,52 @@ def test_a_removed_function_used_as_a_value_is_left_to_a_person(capsys,
                    r"removed, used as a value", out), out
   assert "alias.py:4: NEEDS A PERSON" not in out
   assert "1 place(s) need a person" in out
+
+
+def test_two_removed_functions_used_as_values_are_each_left_to_a_person(
+    capsys, tmp_path):
+  # Each value is a place of its own: the second is named as the first is.
+  source, port = tmp_path / "aliases.py", tmp_path / "aliases_port.py"
+  source.write_text("import jax\n\nrep = jax.device_put_replicated\n"
+                    "state = jax.device_put_replicated(0, jax.devices())\n"
+                    "put = jax.device_put_sharded\n")
+  assert rewrite.main([str(source), "-o", str(port)]) == 1
+  out = capsys.readouterr().out
+  valued = re.findall(r"aliases\.py:(\d+): NEEDS A PERSON: a function jax "
+                      r"0\.10 removed, used as a value", out)
+  assert valued == ["3", "5"], out
+  assert "2 place(s) need a person" in out, out
+
+
+SUBSET = '''import jax
+
+
+def place(state, shards):
+  return (jax.device_put_replicated(state, jax.local_devices()[:4]),
+          jax.device_put_sharded(shards, jax.local_devices()[-1:3:-1]))
+'''
+
+
+def test_a_subset_of_the_devices_gets_one_row_each_in_order(tmp_path,
+                                                             capsys):
+  # Four of the eight devices (the last four, backwards, for the shards):
+  # four rows, row i on the i-th device given, as pmap's stacked arrays.
+  source, port = tmp_path / "subset.py", tmp_path / "subset_port.py"
+  source.write_text(SUBSET)
+  assert rewrite.main([str(source), "-o", str(port)]) == 0
+  assert "2 call(s) jax 0.10 removed rewritten" in capsys.readouterr().out
+  namespace = {}
+  exec(compile(port.read_text(), str(port), "exec"), namespace)  # pylint: disable=exec-used
+  state = np.arange(3, dtype=np.float32)
+  shards = [state + i for i in range(4)]
+  replicated, sharded = namespace["place"](state, shards)
+  for stacked, devices, row in (
+      (replicated, jax.local_devices()[:4], lambda i: state),
+      (sharded, jax.local_devices()[-1:3:-1], lambda i: shards[i])):
+    assert stacked.shape == (4, 3)
+    np.testing.assert_array_equal(np.asarray(stacked),
+                                  np.stack([row(i) for i in range(4)]))
+    assert len(stacked.addressable_shards) == 4
+    for shard in stacked.addressable_shards:
+      assert shard.device == devices[shard.index[0].start]
+      assert shard.data.shape[0] == 1
