@@ -114,7 +114,7 @@ def test_the_first_steps_output_takes_the_second_step(script, tmp_path,
   for number, text in re.findall(r"first\.py:(\d+): changed: (\S+)", out):
     said = text.split("(")[0].rstrip(".")
     held = lines[int(number) - 1]
-    assert (said in held or (said == "pmap" and "_pmap_waited" in held)
+    assert (said in held or (said == "pmap" and "_pmap_call" in held)
             or said == "[0]" and "[0]" in held), (number, text, held)
 
 

@@ -202,7 +202,8 @@ COPIED_SHARD = PER_DEVICE.replace(
 
 def test_a_copy_of_flax_shard_places_the_global_batch(tmp_path, capsys):
   source, port, out = _taken(tmp_path, capsys, COPIED_SHARD, "copied")
-  assert re.search(r"changed: shard\(\.\.\.\) -> jax\.device_put", out), out
+  assert re.search(r"changed: shard\(\.\.\.\) -> "
+                   r"jax\.make_array_from_process_local_data", out), out
   assert "batch = shard(" not in port.read_text()
   assert _script_output(port) == _script_output(source)
   # Its negative control: rows split the other way round are no split

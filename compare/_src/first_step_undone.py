@@ -3,9 +3,9 @@
 `python -m compare.rewrite --global` takes a pmap program or the first
 step's output. For the latter, each port the first step wrote,
 
-    _pmap_waited(jax.jit(_pmap_keywords(jax.shard_map(
-        _pmap_view(F, in_axes=A, out_axes=O), mesh=_pmap_mesh(AXIS[, D]),
-        ...)), donate_argnums=N))
+    _pmap_call(lambda fun: jax.jit(_pmap_keywords(jax.shard_map(
+        _pmap_view(fun, in_axes=A, out_axes=O), mesh=_pmap_mesh(AXIS[, D]),
+        ...)), donate_argnums=N), F, AXIS, in_axes=A[, devices=D])
 
 is read back as `jax.pmap(F, axis_name=AXIS, in_axes=A, out_axes=O,
 donate_argnums=N[, devices=D])`, each `_pmap_put_replicated(...)` and
@@ -37,14 +37,14 @@ def _argument(call, name):
 
 
 class _Undo(cst.CSTTransformer):
-  """Each `_pmap_waited(...)` port back to its `jax.pmap(...)`."""
+  """Each `_pmap_call(...)` port back to its `jax.pmap(...)`."""
 
   def leave_Call(self, original, updated):
-    if rewrite_pmap.dotted(updated.func) != "_pmap_waited":
+    if rewrite_pmap.dotted(updated.func) != "_pmap_call":
       return updated
     code = cst.Module([]).code_for_node
     try:
-      jit = updated.args[0].value
+      jit = updated.args[0].value.body
       keywords = jit.args[0].value
       shard_map = keywords.args[0].value
       view = shard_map.args[0].value
@@ -54,10 +54,10 @@ class _Undo(cst.CSTTransformer):
       assert rewrite_pmap.dotted(mesh.func) == "_pmap_mesh"
     except (AttributeError, IndexError, AssertionError):
       raise UndoError(
-          "a _pmap_waited(...) port the first step does not write "
+          "a _pmap_call(...) port the first step does not write "
           "(static arguments, or edited by hand): give --global the pmap "
           "program itself") from None
-    parts = [code(view.args[0].value),
+    parts = [code(updated.args[1].value),
              f"axis_name={code(mesh.args[0].value)}",
              f"in_axes={code(_argument(view, 'in_axes'))}",
              f"out_axes={code(_argument(view, 'out_axes'))}"]
@@ -72,7 +72,7 @@ class _Undo(cst.CSTTransformer):
 def undone(source: str) -> str | None:
   """`source` as the pmap program the first step was given, or None where
   it is not the first step's output. Raises UndoError."""
-  if "_pmap_waited(" not in source or rewrite_helpers.HELPERS not in source:
+  if "_pmap_call(" not in source or rewrite_helpers.HELPERS not in source:
     return None
   text = source.replace(rewrite_helpers.HELPERS, "").replace(
       rewrite_helpers.STATIC_HELPER, "").replace(

@@ -17,7 +17,9 @@ import shutil
 import sys
 import tempfile
 
+from shardport.launch import distributed
 from shardport.launch import emulation
+from shardport.launch import options
 from compare._src import global_calls
 from compare._src import rewrite_file
 from compare._src import rewrite_global
@@ -34,6 +36,8 @@ examples:
   python -m compare.rewrite train.py -o train_port.py --prove my_team.prove:port
   python -m compare.rewrite train.py -o train_global.py --global
   python -m compare.rewrite --in-tree src/ --out-tree src_port/
+  python -m compare.rewrite train.py -o train_port.py --prove my_team.prove:port \
+      --processes 2 --devices 4
 
 exit codes:
   0  every pmap rewritten (and, with --prove, the proof passed)
@@ -44,7 +48,10 @@ exit codes:
      rewrite's crash writes nothing)
 
 --prove runs on several devices: 8 emulated CPU devices unless XLA_FLAGS
-sets a count (a 1-device mesh proves nothing and is refused).
+sets a count (a 1-device mesh proves nothing and is refused). With
+--processes P it runs in P local processes of --devices D each, joined by
+jax.distributed (gloo), as `python -m compare --processes` does: the port
+is written once, then proved where pmap's collectives span every process.
 guide: docs/REWRITE.md
 """
 
@@ -81,7 +88,29 @@ def build_parser() -> argparse.ArgumentParser:
                       "takes the layout --prove's Port declares")
   parser.add_argument("--steps", type=int, metavar="N", help="--prove's "
                       "steps (default: the Port's)")
+  parser.add_argument("--devices", type=int, default=None, help="--prove's "
+                      "devices per process; on CPU the emulated count "
+                      "(default 8)")
+  options.add_process_options(parser)
   return parser
+
+
+def _check_processes(args) -> None:
+  """RewriteError for process flags that do not go with this command."""
+  try:
+    options.check_positive(args)
+    distributed.check(args)
+  except options.UsageError as err:
+    raise RewriteError(str(err)) from None
+  if args.baseline:
+    raise RewriteError("--baseline is python -m compare's; --prove "
+                       "--processes P proves the port in P processes")
+  many = (args.processes, args.devices, args.coordinator, args.num_processes,
+          args.process_id)
+  if (any(x is not None for x in many) or args.distributed) and not (
+      args.prove):
+    raise RewriteError("--processes, --devices and the worker flags run "
+                       "--prove's proof: give --prove PKG.MODULE:NAME")
 
 
 def _check_args(args) -> list[tuple[pathlib.Path, pathlib.Path]]:
@@ -258,11 +287,22 @@ def report_lines(results, global_step: bool = False) -> list[str]:
 
 
 def main(argv=None) -> int:
+  argv = sys.argv[1:] if argv is None else list(argv)
   args = build_parser().parse_args(argv)
+  try:
+    _check_processes(args)
+  except RewriteError as err:
+    print(f"compare.rewrite: {err}", file=sys.stderr)
+    return EXIT_USAGE
+  if distributed.is_worker(args):
+    return _prove_as_worker(args)
   if args.prove:
     # As `python -m compare` does: 8 emulated CPU devices unless XLA_FLAGS
     # sets a count (a 1-device mesh is refused: `compare.prove`).
-    emulation.set_cpu_device_count(None)
+    # With --processes, the Port is loaded here to check it before anything
+    # is written, on as many devices as the job has.
+    emulation.set_cpu_device_count(None if args.processes is None else (
+        args.processes * (args.devices or emulation.DEFAULT_DEVICES)))
   port = None
   try:
     pairs = _check_args(args)
@@ -291,23 +331,54 @@ def main(argv=None) -> int:
                                          encoding="utf-8")
   code = (EXIT_PERSON if any(r and r.needs_a_person for _, _, r in results)
           else EXIT_DONE)
-  if port is not None:
-    from compare._src import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-    from compare._src.port import PortError  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-    try:
-      proved = rewrite_proof.prove(port, *pairs[0], steps=args.steps,
-                                   global_step=args.global_step)
-    except PortError as err:
-      print(f"compare.rewrite: {err}", file=sys.stderr)
-      return EXIT_USAGE
-    except Exception as err:  # pylint: disable=broad-except
-      # The rewrite and its report are written; the proof did not finish.
-      print(f"compare.rewrite: the proof crashed: {type(err).__name__}: "
-            f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}"
-            " (the rewrite and its report are written)", file=sys.stderr)
-      return EXIT_CRASH
-    code = max(code, proved)
+  if port is not None and args.processes is not None:
+    # The port is written; each process proves it (`_prove_as_worker`).
+    from shardport.launch import launcher  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+    code = max(code, launcher.launch(
+        prog="compare.rewrite", module="compare.rewrite", argv=argv,
+        processes=args.processes,
+        devices=args.devices or emulation.DEFAULT_DEVICES,
+        coordinator=args.coordinator))
+  elif port is not None:
+    code = max(code, _prove(port, pairs[0], args))
   elif not args.in_tree:
     print("to prove it: --prove PKG.MODULE:NAME, the compare.Port of the "
           "original program (its pmap_step a pmap of this file)")
   return code
+
+
+def _prove(port, pair, args) -> int:
+  """`--prove`: the proof's exit code, 2 for a Port that cannot be proved,
+  4 for a crash (the rewrite and its report are written by then)."""
+  from compare._src import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from compare._src.port import PortError  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  try:
+    return rewrite_proof.prove(port, *pair, steps=args.steps,
+                               global_step=args.global_step)
+  except PortError as err:
+    print(f"compare.rewrite: {err}", file=sys.stderr)
+    return EXIT_USAGE
+  except Exception as err:  # pylint: disable=broad-except
+    print(f"compare.rewrite: the proof crashed: {type(err).__name__}: "
+          f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+          " (the rewrite and its report are written)", file=sys.stderr)
+    return EXIT_CRASH
+
+
+def _prove_as_worker(args) -> int:
+  """One process of `--prove --processes P`: joins the job and proves the
+  port the launcher wrote (`-o`); process 0's report is the job's."""
+  distributed.die_with_launcher()
+  distributed.quiet_native_stdout()
+  emulation.set_cpu_device_count(args.devices)
+  try:
+    distributed.join(args)
+    pair = (pathlib.Path(args.input), pathlib.Path(args.output))
+    if not pair[1].is_file():
+      raise RewriteError(f"-o {pair[1]}: not written (a worker proves the "
+                         "port its launcher wrote)")
+    port = _load_port(args.prove)
+  except (RewriteError, options.UsageError) as err:
+    print(f"compare.rewrite: {err}", file=sys.stderr)
+    return EXIT_USAGE
+  return _prove(port, pair, args)

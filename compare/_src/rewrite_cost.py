@@ -41,8 +41,9 @@ def _inputs(port, axes: dict):
 
 def describe(port, written_step, axes: dict) -> dict:
   """`hlo.describe` of a written port (its jit, under the file's
-  `_pmap_waited`), compiled on the Port's state and first batch."""
-  jitted = getattr(written_step, "__wrapped__", written_step)
+  `_pmap_call`), compiled on the Port's state and first batch."""
+  jitted = (written_step.jitted() if hasattr(written_step, "jitted")
+            else written_step)
   compiled = jitted.lower(*_inputs(port, axes)).compile()
   return hlo.describe(compiled)
 

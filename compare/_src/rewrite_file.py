@@ -131,7 +131,7 @@ def rewrite_source(source: str, path: str = "<string>") -> Rewrite:
   if not references.lines and not references.removed:
     raise RewriteError(f"{path}: no jax.pmap found" + (
         " (it is the first step's output: --global takes the second)"
-        if "_pmap_waited(" in source else ""))
+        if "_pmap_call(" in source else ""))
   rewriter = rewrite_pmap.PmapRewriter(aliases, path)
   new = wrapper.visit(rewriter)
   findings = list(rewriter.findings)

@@ -6,7 +6,8 @@ batch as one global array, the step's per-device body unchanged:
 
 - `replicate(x)` -> `jax.device_put(x, NamedSharding(mesh, P()))`;
 - `common_utils.shard(x)` (or the tutorial's reshape to `[devices, ...]`)
-  -> `jax.device_put(x, NamedSharding(mesh, P(axis)))`, and
+  -> `jax.make_array_from_process_local_data(NamedSharding(mesh, P(axis)),
+  x)` (each process's rows of the global batch), and
   `prefetch_to_device(map(common_utils.shard, it), n)` -> each batch of `it`
   placed so;
 - `unreplicate(x)` and `jax.tree.map(lambda y: y[0], x)` of a replicated
@@ -103,9 +104,15 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
     return in_axes, out_axes, in_code, out_code
 
   def _placed(self, value, kind) -> cst.BaseExpression:
+    # A batch is each process's own rows of the global batch; device_put
+    # onto a sharding over every process's devices would take it as the
+    # whole batch (and check that every process passed the same).
+    sharding = (f"jax.NamedSharding(_pmap_mesh({self._axis}), "
+                f"{_spec(kind, self._axis)})")
+    code = global_idioms.code_of(value)
     return cst.parse_expression(
-        f"jax.device_put({global_idioms.code_of(value)}, jax.NamedSharding("
-        f"_pmap_mesh({self._axis}), {_spec(kind, self._axis)}))")
+        f"jax.device_put({code}, {sharding})" if kind == R else
+        f"jax.make_array_from_process_local_data({sharding}, {code})")
 
   def leave_Call(self, original, updated):
     line = self._line(original)
@@ -118,9 +125,10 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
       return self._placed(tree, R)
     if global_idioms.is_shard_call(original, self._known):
       self.findings.append(Finding(line, "changed", (
-          f"{name}(...) -> jax.device_put(..., NamedSharding(mesh, "
-          f"P({self._axis}))): the global batch, split over the mesh, no "
-          "reshape to [devices, ...]")))
+          f"{name}(...) -> jax.make_array_from_process_local_data("
+          f"NamedSharding(mesh, P({self._axis})), ...): the global batch "
+          "(each process's rows), split over the mesh, no reshape to "
+          "[devices, ...]")))
       return self._placed(updated.args[0].value, B)
     if name.endswith("prefetch_to_device") and updated.args:
       return self._prefetched(name, line, updated.args[0].value)
@@ -144,15 +152,17 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
           f"{name}(map(shard, ...)) -> each global batch placed with "
           f"NamedSharding(mesh, P({self._axis})) as it is read")))
       return cst.parse_expression(
-          f"(jax.device_put(_batch, {sharding}) for _batch in "
+          f"(jax.make_array_from_process_local_data({sharding}, _batch) "
+          "for _batch in "
           f"{global_idioms.code_of(source.args[1].value)})")
     self.findings.append(Finding(line, "changed", (
         f"{name}(...) of batches stacked [devices, b, ...] -> each batch "
         f"merged to [devices * b, ...] (the same rows on each device) and "
         f"placed with NamedSharding(mesh, P({self._axis})) as it is read")))
     return cst.parse_expression(
-        "(jax.device_put(jax.tree.map(lambda _x: np.reshape(_x, (-1,) + "
-        f"np.shape(_x)[2:]), _batch), {sharding}) for _batch in "
+        f"(jax.make_array_from_process_local_data({sharding}, "
+        "jax.tree.map(lambda _x: np.reshape(_x, (-1,) + np.shape(_x)[2:]), "
+        "_batch)) for _batch in "
         f"{global_idioms.code_of(source)})")
 
   def _inner(self, original):

@@ -2,8 +2,9 @@
 
 `HELPERS` (always): `_pmap_mesh`, the devices pmap maps over as a 1-D mesh
 built once per axis; `_pmap_view`, a step as pmap ran it on one device;
-`_pmap_keywords`, the step called as pmap calls it (positional and keyword
-arguments); `_pmap_waited`, each call waited for on XLA:CPU.
+`_pmap_keywords`, the step given pmap's positional and keyword arguments;
+`_pmap_call`, the step called as pmap's is on one process or many (each
+process's rows in and out), each call waited for on XLA:CPU.
 `STATIC_HELPER` (where a pmap has `static_broadcasted_argnums`):
 `_pmap_static`, the static arguments bound into the step.
 `PUT_HELPER` (where the file calls `jax.device_put_replicated` or
@@ -16,11 +17,14 @@ HELPERS = '''
 # Added by `python -m compare.rewrite`: pmap's stacked layout on a 1-D mesh.
 @functools.cache
 def _pmap_mesh(axis_name, devices=None):
-  """The devices pmap maps over (this process's, or `devices`) as a 1-D mesh
-  named after pmap's axis: one per axis and device list."""
-  return jax.sharding.Mesh(
-      np.asarray(jax.local_devices() if devices is None else devices),
-      (axis_name,))
+  """The devices pmap maps over as a 1-D mesh named after pmap's axis, one
+  per axis and device list: `devices`, or every process's devices, each
+  process's together and in process order, the order of pmap's axis index
+  (a mesh of this process's devices alone would reduce over them alone)."""
+  if devices is None:
+    devices = [device for process in range(jax.process_count())
+               for device in jax.local_devices(process_index=process)]
+  return jax.sharding.Mesh(np.asarray(devices), (axis_name,))
 
 
 def _pmap_view(fn, in_axes=0, out_axes=0):
@@ -58,20 +62,57 @@ def _pmap_keywords(shard_mapped):
   return call
 
 
-def _pmap_waited(step):
-  """`step`, each call waited for where the devices are XLA:CPU's: steps
-  with collectives queued unread can deadlock emulated CPU devices (the
-  rendezvous aborts after 40 s; pmap's own too). Accelerators keep their
-  queue."""
+def _pmap_call(build, fun, axis_name, in_axes=0, devices=None,
+               static_argnums=()):
+  """The step `build(fun)` makes (jit of shard_map over `_pmap_mesh(
+  axis_name, devices)`) called as pmap's step is. Built at the first call,
+  as pmap builds its own: after `jax.distributed.initialize`. On many processes
+  each hands in, and gets back, the rows of its own devices: the global
+  arrays the step's collectives see are made of every process's rows of a
+  mapped argument (a broadcast one, in_axes None, is the same on all), and
+  a stacked output is read back as this process's rows; a global array goes
+  in as it is. Each call is waited for where the devices are XLA:CPU's:
+  steps with collectives queued unread can deadlock emulated CPU devices
+  (the rendezvous aborts after 40 s; pmap's own too)."""
+  from jax.experimental import multihost_utils
 
-  @functools.wraps(step)
-  def waited(*args, **kwargs):
-    out = step(*args, **kwargs)
+  jitted = functools.cache(lambda: build(fun))
+
+  def to_global(axis, value):
+    mesh = _pmap_mesh(axis_name, devices)
+    spec = jax.P() if axis is None else jax.P(*mesh.axis_names)
+    # A traced value (the step called under jit or grad) is global already.
+    return jax.tree.map(
+        lambda x: multihost_utils.host_local_array_to_global_array(
+            x, mesh, spec) if hasattr(x, "shape") and not isinstance(
+                x, jax.core.Tracer) else x, value)
+
+  def to_local(x):
+    if not isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer) or (
+        x.is_fully_addressable or x.is_fully_replicated):
+      return x
+    return multihost_utils.global_array_to_host_local_array(
+        x, x.sharding.mesh, x.sharding.spec)
+
+  def call(*args, **kwargs):
+    if jax.process_count() > 1:
+      dynamic = [i for i in range(len(args)) if i not in static_argnums]
+      axes = (in_axes if isinstance(in_axes, (tuple, list))
+              else [in_axes] * len(dynamic))
+      args = list(args)
+      for i, axis in zip(dynamic, axes):
+        args[i] = jax.tree.map(to_global, axis, args[i],
+                               is_leaf=lambda a: a is None)
+      kwargs = to_global(0, kwargs)
+    out = jitted()(*args, **kwargs)
+    if jax.process_count() > 1:
+      out = jax.tree.map(to_local, out)
     if jax.default_backend() == "cpu":
       jax.block_until_ready(out)
     return out
 
-  return waited
+  call.jitted = jitted
+  return call
 '''
 
 STATIC_HELPER = '''

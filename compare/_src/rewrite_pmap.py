@@ -3,12 +3,15 @@
 Built on LibCST, so comments and formatting survive. Each pmap (a call, a
 decorator, `functools.partial(jax.pmap, ...)` as a decorator) becomes
 
-    jax.jit(jax.shard_map(_pmap_view(f, in_axes, out_axes),
-                          mesh=_pmap_mesh(axis), in_specs=..., out_specs=...,
-                          check_vma=False), donate_argnums=...)
+    _pmap_call(lambda fun: jax.jit(_pmap_keywords(jax.shard_map(
+        _pmap_view(fun, in_axes, out_axes), mesh=_pmap_mesh(axis),
+        in_specs=..., out_specs=..., check_vma=False)), donate_argnums=...),
+        f, axis, in_axes)
 
-over a 1-D mesh of the devices pmap maps over, built once per axis
-(`_pmap_mesh`). pmap's layout is kept: a mapped argument is the stacked
+over a 1-D mesh of the devices pmap maps over, every process's, built once
+per axis (`_pmap_mesh`). `_pmap_call` builds the step at its first call, as
+pmap does (after `jax.distributed.initialize`), and hands each process's
+rows in and out, as pmap does on many processes. pmap's layout is kept: a mapped argument is the stacked
 `[devices, ...]` array, split over the mesh (`P(axis)`), a broadcast one
 (`in_axes=None`) is replicated (`P()`), and `_pmap_view` hands the step each
 device's block without its axis of 1, as pmap did. So every call site
@@ -203,19 +206,24 @@ class PmapRewriter(cst.CSTTransformer):
     pad = " " * 4  # LibCST adds the enclosing block's own indentation.
     specs = (f"{pad}    in_specs=({in_code}, jax.P({axis})),\n"
              f"{pad}    out_specs={out_code},\n")
+    called = (f"{pad}{fun_code}, {axis}, in_axes={in_axes!r}"
+              + (f", devices=tuple({self._code(named['devices'])})"
+                 if "devices" in named else "")
+              + (f", static_argnums={static!r}" if static else "") + ")")
     if not static:
-      return (f"_pmap_waited(jax.jit(\n{pad}_pmap_keywords(jax.shard_map(\n"
-              f"{pad}    _pmap_view({fun_code}, in_axes={in_axes!r}, "
+      return (f"_pmap_call(lambda fun: jax.jit(\n"
+              f"{pad}_pmap_keywords(jax.shard_map(\n"
+              f"{pad}    _pmap_view(fun, in_axes={in_axes!r}, "
               f"out_axes={out_axes!r}),\n{pad}    mesh={mesh},\n"
-              f"{specs}{pad}    check_vma=False)){donate}))")
+              f"{specs}{pad}    check_vma=False)){donate}),\n{called}")
     specs = specs.replace(f"{pad}    ", f"{pad}        ")
-    return (f"_pmap_waited(jax.jit(\n{pad}_pmap_static(\n"
+    return (f"_pmap_call(lambda fun: jax.jit(\n{pad}_pmap_static(\n"
             f"{pad}    lambda fn: jax.shard_map(\n"
             f"{pad}        _pmap_view(fn, in_axes={in_axes!r}, "
             f"out_axes={out_axes!r}),\n{pad}        mesh={mesh},\n"
             f"{specs}{pad}        check_vma=False),\n"
-            f"{pad}    {fun_code}, {static!r}),\n"
-            f"{pad}static_argnums={static!r}{donate}))")
+            f"{pad}    fun, {static!r}),\n"
+            f"{pad}static_argnums={static!r}{donate}),\n{called}")
 
   def _layout(self, line, in_axes, out_axes, axis):
     """`(in_axes, out_axes, in_specs, out_specs)` of the port at `line`:

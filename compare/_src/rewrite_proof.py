@@ -89,7 +89,7 @@ def _port_of_local_pmap(port, source: pathlib.Path, target: pathlib.Path,
   written = [ast.get_source_segment(text, node)
              for node in ast.walk(ast.parse(text))
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-             and node.func.id == "_pmap_waited"]
+             and node.func.id == "_pmap_call"]
   written = [w for w in written if mentions.search(w)]
   # The function's source as written there (LibCST may re-indent it).
   fun_code = re.compile(r"\s*".join(
