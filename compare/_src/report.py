@@ -108,7 +108,10 @@ def _pair_line(v):
   if "band_ratio" in v:
     return head + (f"{v['band_ratio']:.2f}x band (allowed "
                    f"{v['allowed_ratio']:g}x), max_abs={v['max_abs']:.1e} "
-                   f"max_ulp={v['max_ulp']}")
+                   f"max_ulp={v['max_ulp']}"
+                   # The first step is lockstep's step 1: its flip rule.
+                   + ("; a rounding flip (excused as lockstep's step 1 is)"
+                      if v.get("flip_steps") else ""))
   return head + (f"max_abs={v['max_abs']:.1e} max_ulp={v['max_ulp']}"
                  + (f" (rtol {v['rtol']:g}, atol {v['atol']:g}*max)"
                     if v["at"] == "first_step" and v["verdict"] != "bitwise"
@@ -251,8 +254,12 @@ def _pair_summaries(report: dict) -> list[str]:
     elif all(v["verdict"] == "bitwise" for v in checks):
       text = f"bitwise at every check ({len(checks)})"
     else:
+      flips = sorted({t for v in checks for t in v.get("flip_steps") or ()})
       text = ("close" + (f": at most {max(ratios):.2f}x its band (allowed "
-                         f"{allowed:g}x)" if ratios and allowed else ""))
+                         f"{allowed:g}x)" if ratios and allowed else "")
+              # Over the allowance only where a flip was excused: say so.
+              + (f", a rounding flip excused at step(s) {_steps(flips)}"
+                 if flips else ""))
     lines.append(f"  {a + ' vs ' + b:<24} {text}")
   return lines
 
