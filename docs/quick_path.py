@@ -5,7 +5,9 @@ Two regions, each a whole program a reader can paste into a file and run
 `quick-after` the same step under `jax.jit(jax.shard_map(...))` on a mesh.
 `docs/MIGRATION.md` shows both; `tests/test_quick_path.py` runs each region's
 text as it stands and checks that the two end on bitwise the same loss and
-params, and measures what `check_vma=True` does to the gradients.
+params, and measures what `check_vma=True` does to the gradients. The
+port's mesh and batch placement are `docs/many_hosts_main.py`'s calls, which
+`tests/test_many_hosts.py` runs in two processes (and checks the text of).
 Each region is top-level code, so this module is a script: importing it
 runs both programs, one after the other (a few seconds).
 `python -m docs.quick_path` runs them on 8 emulated CPU devices and prints
@@ -99,20 +101,20 @@ model = nn.Sequential([nn.Dense(16), nn.relu, nn.Dense(1)])
 params = model.init(jax.random.key(0), jnp.ones((1, 4)))["params"]
 state = train_state.TrainState.create(
     apply_fn=model.apply, params=params, tx=optax.sgd(0.1, momentum=0.9))
-# check_vma=False is pmap's semantics, bitwise: a P() input's gradient is
-# per-device, and the pmean above averages it. With shard_map's default,
-# True, it comes back summed over "data": N times pmap's, pmean or not (the
-# gradient trap, docs/traps.py). For True: pmean the loss inside loss_fn.
+# check_vma=False is pmap's semantics (bitwise on XLA:CPU). Under True a P()
+# input's gradient comes back summed over "data": N times pmap's, pmean or
+# not (the gradient trap, docs/traps.py). For True: pmean the loss inside.
 p_train_step = jax.jit(jax.shard_map(
     train_step, mesh=mesh, in_specs=(P(), P("data")),
     out_specs=(P(), P()), check_vma=False), donate_argnums=0)
 replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-state = jax.device_put(state, replicated)  # one copy, no leading [n]
+state = jax.device_put(state, replicated)  # one copy; same on every host
 rng = np.random.default_rng(0)  # synthetic host data: y = x @ w
 w = rng.normal(size=(4, 1)).astype(np.float32)
 for _ in range(5):
   x = rng.normal(size=(64, 4)).astype(np.float32)
-  batch = jax.device_put({"x": x, "y": x @ w}, split)  # replaces the reshape
+  batch = jax.tree.map(lambda a: jax.make_array_from_process_local_data(
+      split, a), {"x": x, "y": x @ w})  # a host's rows, in place of reshape
   state, loss = p_train_step(state, batch)
 print(f"final loss: {loss:.6f}")
 # endregion

@@ -43,7 +43,9 @@ def predict_on(mesh):  # again on every call (the guide's "build once")
 
 def predict_on_mesh(params, x, mesh):
   """Logits for any number of rows: padded to a multiple of the mesh's size
-  with zero rows, split over `data`, the padding cut off on the host."""
+  with zero rows, split over `data`, the padding cut off on the host. One
+  process, or the same `x` on every host (`jax.device_put` asserts that);
+  a host's own rows: docs/MIGRATION.md#many-processes."""
   rows, size = len(x), mesh.shape["data"]
   padded = np.concatenate([x, np.zeros((-rows % size, *x.shape[1:]),
                                        x.dtype)])

@@ -6,15 +6,9 @@ the inspected text holds the collective, the wrapped function is the step,
 the per-device loops run each device's own trips, and the global loop runs
 the longest row's trips with an all-reduce inside the loop, and a state
 donated in another sharding than the step returns stays alive. Static
-arguments and a closed-over table ported, the collectives recipe (what only
-a port runs shows), and the many-hosts main in one process and in two.
+arguments and a closed-over table ported, and the collectives recipe (what
+only a port runs shows). The many-hosts main: tests/test_many_hosts.py.
 """
-
-import os
-import pathlib
-import socket
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -146,37 +140,3 @@ def test_the_collectives_recipe_finds_what_only_the_port_runs():
   assert before[0][2] == 16 * 4 * 4  # the gradient's bytes
   extra = collectives_recipe.collectives(gathered, *placed)
   assert [c[0] for c in extra] == ["all-gather", "all-reduce"], extra
-
-
-many_hosts_main = _load("many_hosts_main")
-
-
-def test_the_many_hosts_main_runs_in_one_process_and_in_two(tmp_path,
-                                                            capsys):
-  # docs/MANY-HOSTS.md ("A team's main, end to end"): the same main on 8
-  # devices of one process and on 2 processes of 4 (gloo): the same losses
-  # (gloo's ring sums in another order: 1e-6), and one checkpoint each.
-  many_hosts_main.main(str(tmp_path / "one"))
-  one = [float(line.split()[-1]) for line in
-         capsys.readouterr().out.splitlines() if line.startswith("step ")]
-  with socket.socket() as probe:
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-  env = {**os.environ, "JAX_PLATFORMS": "cpu",
-         "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-  root = pathlib.Path(__file__).resolve().parents[1]
-  workers = [subprocess.Popen(
-      [sys.executable, "-m", "docs.many_hosts_main", "--workdir",
-       str(tmp_path / "two"), "--coordinator", f"127.0.0.1:{port}",
-       "--num-processes", "2", "--process-id", str(i)], cwd=root, env=env,
-      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-             for i in range(2)]
-  outs = [w.communicate(timeout=180)[0] for w in workers]
-  assert [w.returncode for w in workers] == [0, 0]
-  two = [float(line.split()[-1]) for line in outs[0].splitlines()
-         if line.startswith("step ")]
-  assert len(one) == 5 and not any(l.startswith("step ") for l in
-                                   outs[1].splitlines())  # process 0 prints
-  np.testing.assert_allclose(two, one, rtol=1e-6)
-  assert (tmp_path / "one" / "params").is_dir()
-  assert (tmp_path / "two" / "params").is_dir()
