@@ -38,16 +38,43 @@ def state_digest(host_state, version: int = VERSION) -> str:
   Raises:
     ValueError: a version not in `VERSIONS`.
   """
+  return streamed_digest(jax.tree.map(np.asarray, host_state),
+                         lambda array: (np.ascontiguousarray(array),), version)
+
+
+def streamed_digest(state, read, version: int = VERSION) -> str:
+  """`state_digest` of a state no host holds whole, read a block at a time.
+
+  The same digest as `state_digest` of the host copy of `state`: the bytes
+  are hashed in the same order, only never all in memory at once (a state
+  sharded over processes, `sharded.fsdp`).
+
+  Args:
+    state: a pytree of arrays that have a `shape` and a `dtype` (global
+      `jax.Array`s), in the tree `state_digest` would take once on the host.
+    read: a leaf's bytes in C order, as an iterable of contiguous numpy
+      arrays (blocks), called once per leaf in the digest's leaf order.
+    version: as for `state_digest`.
+
+  Returns:
+    The hex digest, 64 characters.
+
+  Raises:
+    ValueError: a version not in `VERSIONS`.
+  """
   if version not in VERSIONS:
     raise ValueError(f"unknown digest version {version}; this program knows "
                      f"{', '.join(map(str, VERSIONS))}")
   if version == 1:
-    host_state = {k: host_state[k] for k in _VERSION_1_FIELDS}
+    state = {k: state[k] for k in _VERSION_1_FIELDS}
   digest = hashlib.sha256()
-  leaves = jax.tree_util.tree_leaves_with_path(host_state)
+  leaves = jax.tree_util.tree_leaves_with_path(state)
   for path, leaf in sorted(leaves, key=lambda kv: jax.tree_util.keystr(kv[0])):
-    array = np.ascontiguousarray(np.asarray(leaf))
     digest.update(jax.tree_util.keystr(path).encode())
-    digest.update(f"|{array.dtype.str}|{array.shape}|".encode())
-    digest.update(array.tobytes())
+    # A scalar's shape is hashed as (1,): `np.ascontiguousarray` made it
+    # one-dimensional when digests were defined, and they must not change.
+    shape = tuple(leaf.shape) or (1,)
+    digest.update(f"|{np.dtype(leaf.dtype).str}|{shape}|".encode())
+    for block in read(leaf):
+      digest.update(np.ascontiguousarray(block).reshape(-1).view(np.uint8))
   return digest.hexdigest()
