@@ -11,11 +11,14 @@ STACKED_CALLS = {
     "unreplicate": "one device's copy read back: the value itself once the "
                    "state is placed on the mesh (docs/MIGRATION.md"
                    "#trap-unreplicate)",
-    "shard": "the batch reshaped to [devices, ...]: place the global batch "
-             "with NamedSharding(mesh, P(axis)) (docs/MIGRATION.md#prefetch)",
-    "prefetch_to_device": "batches stacked per device: jax.device_put each "
-                          "global batch onto the mesh (docs/MIGRATION.md"
-                          "#prefetch)",
+    "shard": "the batch reshaped to [devices, ...]: place each process's "
+             "rows as the global batch with jax.make_array_from_process_"
+             "local_data(NamedSharding(mesh, P(axis)), rows) "
+             "(docs/MIGRATION.md#prefetch)",
+    "prefetch_to_device": "batches stacked per device: place each batch's "
+                          "rows with jax.make_array_from_process_local_data("
+                          "NamedSharding(mesh, P(axis)), rows) "
+                          "(docs/MIGRATION.md#prefetch)",
     "local_device_count": "the device count used to split: the mesh's size"}
 
 # jax 0.10 removed these; the first step writes the helper that does what
