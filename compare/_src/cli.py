@@ -83,6 +83,10 @@ def build_parser() -> options.Parser:
   add("--negative-control", default=None, metavar="NAME[:N]",
       help="plant a known mistake in the port (the verdict must fail); "
            "update-1pct-from:N and update-1pct-at:N start at step N")
+  add("--calibration-runs", type=int, default=0, metavar="N",
+      help="with --program: also train pmap's program again N times (0-3) "
+           "on batches nudged by one ulp, shown beside the final state, not "
+           "judged (each holds a copy of the state; default none)")
   add("--check-every", type=int, default=1, metavar="K",
       help="lockstep checks at step 1, every K-th step and the last "
            "(default 1: every step)")
@@ -112,7 +116,7 @@ def build_parser() -> options.Parser:
 # fixes the rest (its mesh, batches, optimiser).
 _PROGRAM_FLAGS = ("program", "devices", "steps", "negative_control",
                   "check_every", "windows", "json", "plot", "traceback",
-                  "quiet")
+                  "quiet", "calibration_runs")
 
 
 def _process_actions(parser):
@@ -140,6 +144,9 @@ def _check_program(args):
 
 
 def _check(args):
+  if args.calibration_runs and not args.program:
+    raise UsageError("--calibration-runs goes with --program (our "
+                     "strategies train their own calibration runs)")
   if args.program:
     _check_program(args)
   elif args.strategy is None:
@@ -204,7 +211,8 @@ def _run_program(args):
     result = proof.prove(program, steps=args.steps,
                          control=args.negative_control,
                          check_every=args.check_every, windows=args.windows,
-                         progress=sys.stderr.isatty())
+                         progress=sys.stderr.isatty(),
+                         calibration_runs=args.calibration_runs)
   except ValueError as err:  # PortError, or an unknown negative control
     if args.traceback and err.__cause__ is not None:
       traceback.print_exception(err.__cause__, file=sys.stderr)

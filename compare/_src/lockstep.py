@@ -125,7 +125,7 @@ class Lockstep:
     # Each run's host state before the step: the shared state at step 1 is
     # the common initial state, which every run should hold bitwise.
     for run in self.runs.values():
-      run.initial = jax.tree.map(lambda x: x.copy(), run.state)
+      run.initial = skeleton(run.state)
       run.host = run.module.to_host(run.state)
     self._shared = self.reference.host
     self._before = {name: run.host for name, run in self.runs.items()}
@@ -365,6 +365,24 @@ def flip_limit(checked_steps: int) -> int:
   """How many checked steps a pair of two programs may part at by a
   rounding flip: one, or 5% of the checked steps (`FLIP_SHARE`)."""
   return max(1, int(FLIP_SHARE * checked_steps))
+
+
+# Leaves up to this size are kept whole in a run's `initial`: step counters,
+# keys, a MultiSteps gradient step; `from_host` reads their values.
+SKELETON_MAX_SIZE = 64
+
+
+def skeleton(state):
+  """What `from_host` takes of a run's initial state (`like`): its static
+  fields, its small leaves (copied: the step may donate them) and each large
+  leaf's shape, dtype and sharding, not a copy of the devices' state."""
+  def leaf(x):
+    if not isinstance(x, jax.Array):
+      return x
+    if x.size > SKELETON_MAX_SIZE:
+      return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+    return x.copy()
+  return jax.tree.map(leaf, state)
 
 
 def place(run, host, step: int):

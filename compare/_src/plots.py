@@ -54,7 +54,7 @@ def _curves(axes, report, members):
 
 
 def _drift(axis, report):
-  calibration = report.get("calibration", {}).get("drift_per_step", [])
+  calibration = (report.get("calibration") or {}).get("drift_per_step", [])
   steps = np.arange(1, len(calibration) + 1)
   bitwise = []
   for index, v in enumerate(report["equivalence"]):

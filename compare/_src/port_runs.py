@@ -87,7 +87,11 @@ class _Run:
         k: float(v) for k, v in evaluate(self.host_state(state)).items()})
 
   def to_host(self, state):
-    return jax.device_get(program_fields(self.host_state(state)))
+    # Copies: on XLA:CPU a fetched array can be a view of the device's
+    # buffer, which would keep the state alive and stop a donating step
+    # from donating it.
+    return jax.tree.map(np.array, jax.device_get(
+        program_fields(self.host_state(state))))
 
   def create_state(self, seed, config, placement):
     del seed, config
@@ -212,8 +216,9 @@ class PortStrategy:
   plot_members = False
   loss_convention = "the train loss as the steps return it (pmap's averaged over devices)"
 
-  def __init__(self, checked):
+  def __init__(self, checked, calibration_runs: int = 0):
     port, state, batches = checked.port, checked.state, checked.batches
+    self._calibration_runs = calibration_runs
     self.name, self._batches = port.name, batches
     self._nudge = (perturbations.BatchNudge
                    if perturbations.has_floats(batches(0))
@@ -261,7 +266,12 @@ class PortStrategy:
     return None
 
   def calibrations(self):
-    return {name: self._nudge(seed) for name, seed in NUDGE_SEEDS.items()}
+    """The free-running calibration runs asked for (none by default): each
+    trains the truth again from a copy of its state, a set of the devices'
+    state more at every step, and is shown, never judged (the lockstep
+    bands are measured from the shared state at each checked step)."""
+    seeds = list(NUDGE_SEEDS.items())[:self._calibration_runs]
+    return {name: self._nudge(seed) for name, seed in seeds}
 
   def calibration_summary(self, count):
     what = ("batches" if self._nudge is perturbations.BatchNudge else

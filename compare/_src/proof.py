@@ -68,7 +68,7 @@ class Proof:
                           members=self.strategy.plot_members)
 
 
-def prepare(port, steps: int | None = None):
+def prepare(port, steps: int | None = None, calibration_runs: int = 0):
   """A team's `Port`, checked (`port.check`) and made a strategy.
 
   Returns:
@@ -77,8 +77,15 @@ def prepare(port, steps: int | None = None):
   from compare._src import port_runs  # pylint: disable=g-import-not-at-top
   if steps is not None:
     port = dataclasses.replace(port, steps=steps)
-  strategy = port_runs.PortStrategy(port_module.check(port))
+  strategy = port_runs.PortStrategy(port_module.check(port),
+                                    calibration_runs)
   return strategy, strategy.config
+
+
+def port_runs_seeds():
+  """The calibration runs a Port may ask for, by name."""
+  from compare._src import port_runs  # pylint: disable=g-import-not-at-top
+  return port_runs.NUDGE_SEEDS
 
 
 def _control(strategy, control, steps):
@@ -102,7 +109,8 @@ ONE_DEVICE = (
 
 def prove(port, *, steps: int | None = None, control=None,
           check_every: int = 1, windows: int = 10,
-          progress: bool = False, one_device: bool = False) -> Proof:
+          progress: bool = False, one_device: bool = False,
+          calibration_runs: int = 0) -> Proof:
   """Proves a team's port: every run from the same state on the same batches.
 
   Args:
@@ -115,6 +123,9 @@ def prove(port, *, steps: int | None = None, control=None,
     progress: a progress bar on stderr.
     one_device: prove a port whose mesh has one device (refused otherwise:
       its collectives are the identity there, so a wrong one passes).
+    calibration_runs: free-running runs of the truth on nudged batches
+      (at most 3), shown beside the final state, never judged; each holds
+      a copy of the state on the devices, so none by default.
 
   Returns:
     The `Proof`.
@@ -130,7 +141,11 @@ def prove(port, *, steps: int | None = None, control=None,
   if (isinstance(port.mesh, jax.sharding.Mesh) and port.mesh.size == 1
       and not one_device):
     raise port_module.PortError(ONE_DEVICE)
-  strategy, config = prepare(port, steps)
+  if calibration_runs not in range(len(port_runs_seeds()) + 1):
+    raise port_module.PortError(
+        f"calibration_runs: 0 to {len(port_runs_seeds())}, got "
+        f"{calibration_runs}")
+  strategy, config = prepare(port, steps, calibration_runs)
   # Devices per process, as for our strategies (the mesh spans them all).
   return prove_strategy(strategy, config, None,
                         port.mesh.size // jax.process_count(),

@@ -195,7 +195,7 @@ def verdict_lines(report: dict) -> list[str]:
       line = _final_line(v)
       if line:
         lines.append(line)
-  curve = report.get("calibration", {}).get("drift_per_step")
+  curve = (report.get("calibration") or {}).get("drift_per_step")
   if curve:
     truth = report.get("truth", "reference")
     lines.append(f"calibration ({truth} vs {truth}, "

@@ -315,7 +315,10 @@ def _run_report(strategy, config, run, speed):
 
 
 def _calibration_report(strategy, calibrations, drift):
-  """The calibration runs, and their envelope: the largest drift per step."""
+  """The calibration runs, and their envelope: the largest drift per step
+  (None without any: a Port asks for them, `compare.prove`)."""
+  if not calibrations:
+    return None
   samples = {run.name: {
       "perturbation": run.perturbation.describe(),
       "drift_per_step": drift.pop(f"{strategy.truth}~{run.name}"),

@@ -306,7 +306,11 @@ def final(strategy, pairs, finals, drift, calibration, summaries,
     if shared:
       result["shared_eval"] = {"step": steps, "metrics": _shared_check(
           shared, a, b, n_test, strategy.judged_metrics)}
-    if result["verdict"] != equivalence.BITWISE and calibration:
+    if result["verdict"] != equivalence.BITWISE and not calibration:
+      # No calibration runs (a Port asks for them): the free-running
+      # states are shown, never judged, as beside them.
+      result["verdict"] = equivalence.CLOSE
+    elif result["verdict"] != equivalence.BITWISE:
       floor = NOISE_FLOOR * _largest_param(finals[b])
       ratios = _band(result["drift_per_step"], calibration["drift_per_step"],
                      floor)

@@ -1,0 +1,85 @@
+"""What a proof holds on the devices: the programs' states and little more.
+
+A census of the devices' live buffers (each counted once, however many
+arrays view it) after every lockstep check of a proof of an AdamW MLP
+(`bench.prove_scale`, 0.5M parameters), in sets of the 8 devices' state:
+pmap's stacked state and the port's replicated one are 2, the Port's
+initial state on one device an eighth. Each memory source the prover once
+held is planted back and must raise it: the lockstep's device copies of
+every run's initial state, and the free-running calibration runs (now
+asked for, `calibration_runs`). Host states are copies, never views that
+keep a device buffer alive and stop a donating step from donating.
+"""
+
+import jax
+import numpy as np
+import pytest
+
+import compare
+from bench import prove_scale
+from compare._src import lockstep
+from compare._src import proof as proof_module
+
+# pmap's state, the port's, the Port's initial state on one device and the
+# lockstep's shared state copy between checks: under 2.5 sets; each plant
+# adds at least one set.
+MOST_SETS = 2.5
+
+
+def _state_bytes(port):
+  state = port.init()
+  return sum(np.asarray(x).nbytes
+             for x in jax.tree.leaves((state.params, state.opt_state)))
+
+
+def _device_sets(state_bytes) -> float:
+  buffers = {}
+  for array in jax.live_arrays():
+    if array.is_deleted():
+      continue
+    for shard in array.addressable_shards:
+      buffers[(shard.device.id, shard.data.unsafe_buffer_pointer())] = (
+          shard.data.nbytes)
+  return sum(buffers.values()) / (8 * state_bytes)
+
+
+def _largest_census(monkeypatch, **prove_kwargs) -> float:
+  port = prove_scale.build_port("mlp", 0.5, 3, reference=False)
+  state_bytes = _state_bytes(port)
+  seen = []
+  after_step = lockstep.Lockstep.after_step
+
+  def counted(self, *args, **kwargs):
+    after_step(self, *args, **kwargs)
+    seen.append(_device_sets(state_bytes))
+
+  monkeypatch.setattr(lockstep.Lockstep, "after_step", counted)
+  proof = compare.prove(port, windows=1, **prove_kwargs)
+  assert proof.verdict == "pass", proof.table()
+  assert len(seen) == 3
+  return max(seen)
+
+
+def test_a_proof_holds_the_two_programs_states_and_little_more(
+    monkeypatch):
+  assert _largest_census(monkeypatch) < MOST_SETS
+
+
+def test_initial_copies_planted_back_are_seen(monkeypatch):
+  monkeypatch.setattr(lockstep, "skeleton",
+                      lambda state: jax.tree.map(lambda x: x.copy(), state))
+  assert _largest_census(monkeypatch) > MOST_SETS + 1
+
+
+def test_calibration_runs_are_asked_for_and_seen(monkeypatch):
+  assert _largest_census(monkeypatch, calibration_runs=3) > MOST_SETS + 1
+
+
+@pytest.mark.parametrize("run", ["pmap", "port"])
+def test_a_host_state_is_a_copy_not_a_view_of_a_device_buffer(run):
+  port = prove_scale.build_port("mlp", 0.5, 3, reference=False)
+  strategy, _ = proof_module.prepare(port)
+  module = next(r.module for r in strategy.runs if r.name == run)
+  placement = module.make_placement(8)
+  host = module.to_host(module.create_state(0, None, placement))
+  assert all(leaf.flags.owndata for leaf in jax.tree.leaves(host)), run
