@@ -83,3 +83,37 @@ def test_a_host_state_is_a_copy_not_a_view_of_a_device_buffer(run):
   placement = module.make_placement(8)
   host = module.to_host(module.create_state(0, None, placement))
   assert all(leaf.flags.owndata for leaf in jax.tree.leaves(host)), run
+
+
+def _raising_at(step, made):
+  """`made`'s step, raising where the state has taken `step - 1` steps (a
+  port that compiles, runs, then fails: a device mismatch, a shape)."""
+  def port_step(state, batch):
+    if not isinstance(state.step, jax.core.Tracer) and int(
+        np.ravel(state.step)[0]) == step - 1:  # pmap's: one per device
+      raise ValueError("planted: the port's step cannot run here")
+    return made(state, batch)
+  return port_step
+
+
+@pytest.mark.parametrize("step", [1, 3])
+def test_a_port_step_that_raises_fails_at_its_step(step):
+  """A verdict, not a crash: the step and the run named, exit 1."""
+  from tests import toy_ports  # pylint: disable=g-import-not-at-top
+  right = toy_ports.port(steps=4)
+  proof = compare.prove(toy_ports.port(
+      steps=4, port_step=_raising_at(step, right.port_step)), windows=1)
+  assert proof.verdict == "fail" and proof.exit_code == 1
+  assert proof.first_failure.startswith(
+      f"first at step {step}: port's step raised where reference's ran: "
+      "ValueError: planted"), proof.first_failure
+
+
+def test_pmap_raising_is_still_a_crash():
+  """pmap's step is the team's program as it runs today: a raise there is
+  the Port's to fix (the proof crashes with its cause)."""
+  from tests import toy_ports  # pylint: disable=g-import-not-at-top
+  right = toy_ports.port(steps=2)
+  with pytest.raises(ValueError, match="planted"):
+    compare.prove(toy_ports.port(
+        steps=2, pmap_step=_raising_at(2, right.pmap_step)), windows=1)

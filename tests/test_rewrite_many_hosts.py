@@ -69,10 +69,11 @@ def _rewrite_cli(*argv):
 
 
 def test_prove_in_two_processes_passes_the_port_and_not_a_local_mesh(
-    tmp_path):
+    tmp_path, capfd):
   """`--prove --processes 2`: the written port proved where pmap's
   collectives span both processes; the same port with its mesh over one
-  process's devices does not pass (the job names why)."""
+  process's devices fails at step 1, where its step cannot take the global
+  state (the verdict names the raise)."""
   port = tmp_path / "port.py"
   done = _rewrite_cli(LINEAR, "-o", str(port), *PROVE, "--processes", "2")
   assert done.returncode == 0, done.stderr[-2000:]
@@ -86,7 +87,10 @@ def test_prove_in_two_processes_passes_the_port_and_not_a_local_mesh(
   code = launcher.launch(prog="compare.rewrite", module="compare.rewrite",
                          argv=[LINEAR, "-o", str(planted), *PROVE],
                          processes=2, devices=4)
-  assert code not in (0, 1, 2), code  # a crash with its cause, or lost
+  out = capfd.readouterr().out
+  assert code == 1, out[-2000:]
+  assert ("verdict: fail, first at step 1: port's step raised where pmap's "
+          "ran: ValueError: Received incompatible devices") in out, out[-2000:]
 
 
 @pytest.mark.parametrize("argv, says", [

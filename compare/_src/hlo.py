@@ -262,3 +262,25 @@ def describe(compiled) -> dict:
           "collectives_exact": not run.unknown,
           "collectives_note": "; ".join(run.unknown),
           "memory": memory(compiled)}
+
+
+def merged(descriptions):
+  """One description of programs that run one after another per step.
+
+  Collectives, bytes and FLOPs add up; each memory figure is the largest of
+  the programs' (they do not live at the same time).
+  """
+  merged = dict(descriptions[0])
+  for key in ("collectives", "collectives_per_step_executed"):
+    merged[key] = {name: sum(d[key][name] for d in descriptions)
+                   for name in descriptions[0][key]}
+  merged["all_reduce_bytes"] = sum(d["all_reduce_bytes"] for d in descriptions)
+  merged["collective_bytes_per_step"] = {
+      name: sum(d["collective_bytes_per_step"][name] for d in descriptions)
+      for name in descriptions[0]["collective_bytes_per_step"]}
+  merged["collectives_exact"] = all(d["collectives_exact"]
+                                    for d in descriptions)
+  merged["memory"] = {name: max(d["memory"][name] for d in descriptions)
+                      for name in descriptions[0]["memory"]}
+  merged["programs"] = len(descriptions)
+  return merged

@@ -69,34 +69,12 @@ class Run:
   summary: dict = dataclasses.field(default_factory=dict)
 
 
-def _merged(descriptions):
-  """One description of programs that run one after another per step.
-
-  Collectives, bytes and FLOPs add up; each memory figure is the largest of
-  the programs' (they do not live at the same time).
-  """
-  merged = dict(descriptions[0])
-  for key in ("collectives", "collectives_per_step_executed"):
-    merged[key] = {name: sum(d[key][name] for d in descriptions)
-                   for name in descriptions[0][key]}
-  merged["all_reduce_bytes"] = sum(d["all_reduce_bytes"] for d in descriptions)
-  merged["collective_bytes_per_step"] = {
-      name: sum(d["collective_bytes_per_step"][name] for d in descriptions)
-      for name in descriptions[0]["collective_bytes_per_step"]}
-  merged["collectives_exact"] = all(d["collectives_exact"]
-                                    for d in descriptions)
-  merged["memory"] = {name: max(d["memory"][name] for d in descriptions)
-                      for name in descriptions[0]["memory"]}
-  merged["programs"] = len(descriptions)
-  return merged
-
-
 def _compile(run, batch):
   """Compiles the step ahead of time where it is one program.
 
   A step made of several programs called from Python (the classic ensemble's
   two pmaps) offers `lower_each`: its programs lowered as they run, compiled
-  only to count collectives and read memory (`_merged`), never run; their
+  only to count collectives and read memory (`hlo.merged`), never run; their
   compile time is reported. A step with neither (a sequential per-member
   reference, a planted mistake) reports no compile time.
   """
@@ -110,7 +88,7 @@ def _compile(run, batch):
   else:
     return dispatch.optimizer_step(step, run.calls)
   run.compile_s = time.perf_counter() - start
-  run.compiled = _merged([hlo.describe(p) for p in programs])
+  run.compiled = hlo.merged([hlo.describe(p) for p in programs])
   devices = (1 if isinstance(run.placement, OneDevice)
              else global_devices(run.n_devices))
   flops = [utilisation.flops(p, devices) for p in programs]
@@ -233,10 +211,12 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   run also steps from the reference's state (`compare._src.lockstep`).
 
   Returns:
-    `(runs, pairs, drift, diverged, lockstep)`: the runs (calibrations
-    last), the pairs that ran, the per-step params difference of every pair
-    (and of the ground truth and each calibration run),
-    `{run name: step}` for the runs that blew up, and the lockstep checks.
+    `(runs, pairs, drift, diverged, lockstep, raised)`: the runs
+    (calibrations last), the pairs that ran, the per-step params difference
+    of every pair (and of the ground truth and each calibration run),
+    `{run name: step}` for the runs that blew up or raised, the lockstep
+    checks, and `{port run: (step, the error's first line)}` for a port's
+    step that raised.
   """
   runs = _setup(strategy, config, n_devices, control)
   names = {run.name for run in runs}
@@ -252,7 +232,7 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   test_batch = strategy.test_batch(data, global_devices(n_devices))
   every = strategy.eval_every(config, strategy.train_size(data))
   drift = {f"{a}~{b}": [] for a, b in tracked}
-  diverged = {}
+  diverged, raised = {}, {}
   order = strategy.train_batches(config, data)
   progress_lines.phase(f"training {config.steps} steps, every run from the "
                        "same state on the same batches, checked in lockstep")
@@ -262,11 +242,25 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
     progress_lines.step(i + 1, config.steps)
     checks.before_step(i + 1)
     for run in runs:
-      if not _step(run, host_batch, i, n_devices):
+      try:
+        finite = _step(run, host_batch, i, n_devices)
+      except Exception as err:  # pylint: disable=broad-except
+        if run.name not in strategy.port_runs or run.perturbation is not None:
+          raise
+        # A port's step that raises where pmap's runs fails at that step:
+        # a verdict, not a crash of the proof.
+        text = str(err).strip().splitlines()
+        raised[run.name] = (i + 1, f"{type(err).__name__}: "
+                            f"{text[0] if text else ''}"[:160])
+        diverged[run.name] = i + 1
+        break
+      if not finite:
         diverged[run.name] = i + 1
       elif (i + 1) % every == 0 or i + 1 == config.steps:
         _record_history(strategy, run, config, test_batch, i + 1)
     by_name = {run.name: run for run in runs}
+    if raised:
+      break
     for a, b in tracked:
       drift[f"{a}~{b}"].append(equivalence.max_abs_difference(
           by_name[a].host["params"], by_name[b].host["params"]))
@@ -282,7 +276,7 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   if not diverged:
     checks.evaluate_shared(config.steps, lambda run, state: _evaluate(
         strategy, run, config, test_batch, state))
-  return runs, pairs, drift, diverged, checks
+  return runs, pairs, drift, diverged, checks, raised
 
 
 def measure_throughput(strategy, runs, config, data, windows: int):
@@ -308,7 +302,9 @@ def _run_report(strategy, config, run, speed):
                                 speed["examples_per_s"], config.global_batch)
   return {"variant": run.variant, **speed, "achieved_gflops": gflops,
           "compile_s": run.compile_s,
-          "final_loss": run.losses[-1], **summary, "losses": run.losses,
+          "final_loss": run.losses[-1] if run.losses else float("nan"),
+          **summary,
+          "losses": run.losses,
           **run.compiled, "history": run.history,
           "state_digest": digest.state_digest(run.host),
           **strategy.run_fields(config, run.name, run.state)}
@@ -335,7 +331,7 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
             progress: bool = False, control=None, switch_at=None,
             check_every: int = 1) -> dict:
   """Trains, checks and times every run; returns the report's fields."""
-  runs, pairs, drift, diverged, checks = train(
+  runs, pairs, drift, diverged, checks, raised = train(
       strategy, config, data, n_devices, progress, control, switch_at,
       check_every)
   checks = checks.report(strategy.lockstep_multiple,
@@ -344,21 +340,24 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
   runs = [run for run in runs if run.perturbation is None]
   by_name = {run.name: run for run in runs}
   calibration_report = _calibration_report(strategy, calibrations, drift)
-  results = verdicts.first_step(
+  handed = (by_name[switch.SOURCE].handover if switch.SOURCE in by_name
+            else None)
+  # A port's step that raised stopped the runs at different steps: nothing
+  # to pair (the verdict names the raise).
+  results = [] if raised else verdicts.first_step(
       strategy, pairs, {r.name: r.first_step for r in runs},
       checks if checks["checked_steps"] else None)
   del checks["initial"]  # host arrays: not for the report
   del checks["judged"]  # the leaf bands, in the report as leaf_bands
-  results += verdicts.lockstep(strategy, checks)
-  handed = (by_name[switch.SOURCE].handover if switch.SOURCE in by_name
-            else None)
-  results += verdicts.handover(handed)
-  results += verdicts.final(
-      strategy, pairs, {r.name: r.host for r in runs}, drift,
-      None if diverged else calibration_report,
-      {r.name: r.summary for r in runs},
-      strategy.test_size(data, global_devices(n_devices)),
-      checks.get("shared_eval"), config.steps)
+  if not raised:
+    results += verdicts.lockstep(strategy, checks)
+    results += verdicts.handover(handed)
+    results += verdicts.final(
+        strategy, pairs, {r.name: r.host for r in runs}, drift,
+        None if diverged else calibration_report,
+        {r.name: r.summary for r in runs},
+        strategy.test_size(data, global_devices(n_devices)),
+        checks.get("shared_eval"), config.steps)
   speeds = ({run.name: timing.not_timed() for run in runs} if diverged
             else measure_throughput(strategy, runs, config, data, windows))
   report = {
@@ -381,4 +380,9 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
   if diverged:
     report["diverged_at"] = min(diverged.values())
     report["diverged_runs"] = sorted(diverged)
+  if raised:
+    name, (step, error) = min(raised.items(), key=lambda kv: kv[1][0])
+    report.update(verdict="fail", raised=raised, first_failure=(
+        f"first at step {step}: {name}'s step raised where "
+        f"{strategy.truth}'s ran: {error}"))
   return report
