@@ -36,8 +36,7 @@ examples:
   python -m compare.rewrite train.py -o train_port.py --prove my_team.prove:port
   python -m compare.rewrite train.py -o train_global.py --global
   python -m compare.rewrite --in-tree src/ --out-tree src_port/
-  python -m compare.rewrite train.py -o train_port.py --prove my_team.prove:port \
-      --processes 2 --devices 4
+  python -m compare.rewrite train.py -o port.py --prove team.prove:port --processes 2 --devices 4
 
 exit codes:
   0  every pmap rewritten (and, with --prove, the proof passed)

@@ -86,7 +86,8 @@ class Layout:
     return self.placement.to_checkpoint(saved_fields(state))
 
   def digest(self, state, version: int = digest.VERSION) -> str:
-    # fsdp's reads its state block by block: to_host gathers it to a host.
+    # A placement with a digest of its own reads its state block by block,
+    # where to_host would gather all of it to a host.
     streamed = getattr(self.placement, "state_digest", None)
     if streamed is not None:
       return streamed(state, version)

@@ -322,7 +322,7 @@ def _result(job, state, loop, restored, start, wait_s):
       "processes": jax.process_count(), "platform": jax.default_backend(),
       "steps": job.config.steps, "resumed_from": start if restored else None,
       "steps_run": loop.steps_run,
-      # The layout's digest: fsdp's reads its state block by block, as its
+      # The layout's digest: a sharded state's is read block by block, as its
       # saves do, instead of gathering all of it to every host.
       "state_digest": job.layout.digest(state),
       "steps_per_s": (loop.timed_steps / loop.timed_s

@@ -47,7 +47,7 @@ def streamed_digest(state, read, version: int = VERSION) -> str:
 
   The same digest as `state_digest` of the host copy of `state`: the bytes
   are hashed in the same order, only never all in memory at once (a state
-  sharded over processes, `sharded.fsdp`).
+  sharded over processes: a placement's own `state_digest`).
 
   Args:
     state: a pytree of arrays that have a `shape` and a `dtype` (global
