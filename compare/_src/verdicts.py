@@ -293,9 +293,9 @@ def final(strategy, pairs, finals, drift, calibration, summaries,
           n_test, shared=None, steps=None) -> list[dict]:
   """Every pair at the end: bitwise, or judged by each run's own evaluation
   of one state (the ground truth's final state, placed in each run's
-  layout): they must agree to rounding. Free-running runs part chaotically,
-  so their test metrics against the calibration runs' spread, and their
-  drift against its band, are shown, not judged."""
+  layout): they must agree to rounding. Free-running runs part chaotically:
+  their states, and beside the calibration runs (where there are any) their
+  metrics and drift, are shown, not judged."""
   tol = strategy.tolerances["final"]
   multiple = strategy.calibration_multiple
   results = []
@@ -306,11 +306,7 @@ def final(strategy, pairs, finals, drift, calibration, summaries,
     if shared:
       result["shared_eval"] = {"step": steps, "metrics": _shared_check(
           shared, a, b, n_test, strategy.judged_metrics)}
-    if result["verdict"] != equivalence.BITWISE and not calibration:
-      # No calibration runs (a Port asks for them): the free-running
-      # states are shown, never judged, as beside them.
-      result["verdict"] = equivalence.CLOSE
-    elif result["verdict"] != equivalence.BITWISE:
+    if result["verdict"] != equivalence.BITWISE and calibration:
       floor = NOISE_FLOOR * _largest_param(finals[b])
       ratios = _band(result["drift_per_step"], calibration["drift_per_step"],
                      floor)
@@ -320,6 +316,7 @@ def final(strategy, pairs, finals, drift, calibration, summaries,
           "multiple": multiple, "max_ratio": float(np.max(ratios)),
           "worst_step": int(np.argmax(ratios)) + 1, "noise_floor": floor,
           "metrics": metrics, "judged": False}
+    if result["verdict"] != equivalence.BITWISE:
       result["verdict"] = equivalence.CLOSE
     if shared and not all(m["within"] for m in
                           result["shared_eval"]["metrics"].values()):
