@@ -31,11 +31,24 @@ def paths(tmp_path_factory):
   return rewrite_many_hosts.rewrite(PROGRAM, tmp_path_factory.mktemp("mh"))
 
 
+@pytest.fixture(scope="module")
+def originals(paths):
+  """What the original prints, per (processes, devices), run once."""
+  runs = {}
+
+  def run(processes, devices):
+    if (processes, devices) not in runs:
+      runs[processes, devices] = rewrite_many_hosts.run_job(
+          paths["original"], processes, devices)
+    return runs[processes, devices]
+
+  return run
+
+
 @pytest.mark.parametrize("processes, devices", [(2, 4), (1, 8)])
 def test_both_steps_print_the_originals_numbers_on_every_process(
-    paths, processes, devices):
-  original = rewrite_many_hosts.run_job(paths["original"], processes,
-                                        devices)
+    paths, originals, processes, devices):
+  original = originals(processes, devices)
   assert len(original) == processes
   # The program prints 4 lines, the same on every process (a replicated
   # state): the comparison below is of something.
@@ -46,11 +59,11 @@ def test_both_steps_print_the_originals_numbers_on_every_process(
                                       devices) == original, variant
 
 
-def test_a_mesh_over_one_process_devices_is_caught(paths):
+def test_a_mesh_over_one_process_devices_is_caught(paths, originals):
   """The negative control: the first step with its mesh over this
   process's devices averages each process's rows alone; the replicas drift
   apart with no error, and the comparison says so."""
-  original = rewrite_many_hosts.run_job(paths["original"], 2, 4)
+  original = originals(2, 4)
   planted = rewrite_many_hosts.run_job(paths["plant: local mesh"], 2, 4)
   assert planted != original
   assert planted[0] != planted[1]  # each process its own numbers
