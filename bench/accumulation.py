@@ -41,7 +41,7 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
 import jax
 import numpy as np
 
-from compare._src import hlo
+from compare._src.measure import hlo
 from shardport.strategies.accumulation import Reference as reference
 from legacy_pmap import accumulation as legacy
 from legacy_pmap import data_parallel as legacy_dp

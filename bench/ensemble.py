@@ -28,7 +28,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
-from compare._src import hlo
+from compare._src.measure import hlo
 from shardport.strategies.ensemble import Reference as reference
 from legacy_pmap import ensemble as legacy
 from sharded import ensemble as port

@@ -13,7 +13,7 @@ prove. accumulation's jit port has no "before" here (its fix is measured in
 its own report): it is measured so that one run holds all five programs'
 jit ports against shard_map (issue 32's bar: 0.9x its examples/s, at most
 1.1x its collective bytes). Each run's compile time, its
-collectives and their bytes per step (`compare._src.hlo`), and examples/s
+collectives and their bytes per step (`compare._src.measure.hlo`), and examples/s
 window by window, the runs interleaved so that a window's ratio cancels the
 machine's drift; every step is waited for (queued collective steps can
 deadlock emulated CPU devices, docs/jax-facts.md). The equivalence of the
@@ -36,7 +36,7 @@ import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from bench import run_record  # pylint: disable=g-import-not-at-top,wrong-import-position
-from compare._src import hlo  # pylint: disable=g-import-not-at-top,wrong-import-position
+from compare._src.measure import hlo  # pylint: disable=g-import-not-at-top,wrong-import-position
 from shardport.strategies import accumulation  # pylint: disable=g-import-not-at-top,wrong-import-position
 from shardport.workloads import configs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from shardport.workloads import datasets  # pylint: disable=g-import-not-at-top,wrong-import-position

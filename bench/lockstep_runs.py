@@ -98,7 +98,7 @@ def _cost() -> dict:
   if jax.device_count() < 8:  # jax was imported before the count was set
     raise RuntimeError(f"the cost group needs 8 devices, jax has "
                        f"{jax.device_count()}: run it with --only cost")
-  from compare._src import runner  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import runner  # pylint: disable=g-import-not-at-top
   from shardport import strategies  # pylint: disable=g-import-not-at-top
   from shardport.workloads import datasets  # pylint: disable=g-import-not-at-top
   data = datasets.load("digits")

@@ -24,7 +24,7 @@ import importlib
 import typing
 
 if typing.TYPE_CHECKING:  # the names, for type checkers and the guide
-  from compare._src.adapt import adapt_step
+  from compare._src.prove.adapt import adapt_step
   from compare.conversions import device_key
   from compare.conversions import replicate
   from compare.conversions import shard_batch
@@ -33,18 +33,18 @@ if typing.TYPE_CHECKING:  # the names, for type checkers and the guide
   from compare.conversions import to_devices
   from compare.conversions import to_mesh
   from compare.conversions import unreplicate
-  from compare._src.port import Port
-  from compare._src.port import PortError
-  from compare._src.proof import Proof
-  from compare._src.proof import prove
+  from compare._src.prove.port import Port
+  from compare._src.prove.port import PortError
+  from compare._src.prove.proof import Proof
+  from compare._src.prove.proof import prove
 
 # Public name -> the module that defines it.
 _PUBLIC = {
-    "Port": "compare._src.port",
-    "adapt_step": "compare._src.adapt",
-    "PortError": "compare._src.port",
-    "Proof": "compare._src.proof",
-    "prove": "compare._src.proof",
+    "Port": "compare._src.prove.port",
+    "adapt_step": "compare._src.prove.adapt",
+    "PortError": "compare._src.prove.port",
+    "Proof": "compare._src.prove.proof",
+    "prove": "compare._src.prove.proof",
     "replicate": "compare.conversions",
     "unreplicate": "compare.conversions",
     "split_batch": "compare.conversions",

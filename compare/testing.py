@@ -41,8 +41,8 @@ def assert_port_equivalent(port, *, steps=None, check_every: int = 1,
       failing step, the pair, the leaf and the sizes), or the `Port` itself
       is wrong (its one-line `PortError`).
   """
-  from compare._src import port as port_module  # pylint: disable=g-import-not-at-top
-  from compare._src import proof  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import port as port_module  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import proof  # pylint: disable=g-import-not-at-top
   try:
     result = proof.prove(port, steps=steps, check_every=check_every,
                          windows=windows, control=control,

@@ -88,7 +88,7 @@ from flax.training import common_utils
 from jax.sharding import NamedSharding
 import numpy as np
 
-from compare._src import hlo
+from compare._src.measure import hlo
 from docs.traps_common import N, auto_mesh
 
 

@@ -1,7 +1,7 @@
 """How to prove a port of your own: the first-step check, runnable and tested.
 
 A tiny model's pmap step, its shard_map port and a one-device reference take
-one step from the same state on the same batch; `compare._src.equivalence` judges
+one step from the same state on the same batch; `compare._src.prove.equivalence` judges
 every pair. `tests/test_guide.py` runs it with a right port and with the
 gradient-trap port (which must be caught), and shows why Adam needs the
 gradient, not the params, compared. docs/MIGRATION.md shows the regions.
@@ -16,7 +16,7 @@ from jax import lax
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from compare._src import equivalence
+from compare._src.prove import equivalence
 from shardport.strategies import tolerances
 
 

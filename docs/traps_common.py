@@ -34,7 +34,7 @@ def auto_mesh(axis="data", n=N):
 
 def compile_counted(jitted, *args):
   """`jitted` compiled for `args`, and the collectives one call executes."""
-  from compare._src import hlo  # pylint: disable=g-import-not-at-top
+  from compare._src.measure import hlo  # pylint: disable=g-import-not-at-top
   compiled = jitted.lower(*args).compile()
   return compiled, hlo.collectives_executed(compiled.as_text())
 

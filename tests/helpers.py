@@ -6,7 +6,7 @@ placement, state and step and drives it over host batches with
 (optax.MultiSteps) is one optimiser step here as in `compare`.
 
 Check: `assert_close` / `assert_bitwise` / `verdict` are thin asserts over
-`compare._src.equivalence.compare_trees`, the check `compare` itself reports.
+`compare._src.prove.equivalence.compare_trees`, the check `compare` itself reports.
 A `Tolerance`'s atol is relative to each leaf's largest |value|.
 """
 
@@ -16,7 +16,7 @@ import chex
 import jax
 import numpy as np
 
-from compare._src import equivalence
+from compare._src.prove import equivalence
 from shardport.training import dispatch
 from shardport.strategies import tolerances
 from shardport.workloads import batches

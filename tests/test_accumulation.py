@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare._src import hlo
+from compare._src.measure import hlo
 from shardport import strategies
 from shardport.strategies import accumulation
 from tests import helpers

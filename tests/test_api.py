@@ -104,7 +104,7 @@ _ROUND_TRIP = {"data_parallel": {"workload": "linear512"},
 
 @pytest.mark.parametrize("strategy", sorted(_ROUND_TRIP))
 def test_every_run_places_its_own_view_after_steps(strategy):
-  """The engine's one placement (`compare._src.lockstep.place`) is each
+  """The engine's one placement (`compare._src.prove.lockstep.place`) is each
   run's `from_host`: our programs' canonical view, after 2 optimiser steps,
   placed through their checkpoint layout and read back bit for bit, the
   step counter included (a `from_host` that drops the step, a field, or a
@@ -140,8 +140,8 @@ def test_every_program_describes_itself_to_the_engine_alike():
   """Our strategies and a team's Port each give the engine every name of
   `protocol.JudgedProgram`, and a Port inherits none of our strategies'
   description: its truth, batches and judged metrics are its own."""
-  from compare._src import port as port_module  # pylint: disable=g-import-not-at-top
-  from compare._src import port_runs  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import port as port_module  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import port_runs  # pylint: disable=g-import-not-at-top
   from shardport.strategies import strategy as strategy_module  # pylint: disable=g-import-not-at-top
   from tests import toy_ports  # pylint: disable=g-import-not-at-top
   programs = [*strategies.STRATEGIES.values()]

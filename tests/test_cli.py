@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from compare._src import cli
-from compare._src import runner
+from compare._src.prove import runner
 from shardport import strategies
 from shardport.strategies import tolerances
 
@@ -83,7 +83,7 @@ def test_plot_beside_json_writes_both(tmp_path, capsys, monkeypatch):
   assert plot.read_bytes()[:4] == b"\x89PNG"
   assert json.loads(path.read_text())["verdict"] == "pass"
   # A plot that fails is a crash (exit 4), the measured JSON kept.
-  from compare._src import plots  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import plots  # pylint: disable=g-import-not-at-top
   def broken(*args, **kwargs):
     raise RuntimeError("no display")
   monkeypatch.setattr(plots, "learning_curves", broken)

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from compare._src import equivalence
+from compare._src.prove import equivalence
 from shardport.strategies import negative_controls
 from shardport import strategies
 from tests import helpers

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from compare._src import equivalence
-from compare._src import hlo
+from compare._src.prove import equivalence
+from compare._src.measure import hlo
 from shardport import strategies
 from shardport.strategies import tolerances
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from compare._src import cli
-from compare._src import hlo
+from compare._src.measure import hlo
 from shardport.strategies import fsdp as strategy_module
 from sharded import data_parallel as port_dp
 from tests import helpers

@@ -23,7 +23,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bench import measure as measuring
-from compare._src import hlo
+from compare._src.measure import hlo
 from compare._src import show_diff
 from docs import build_guide as guide
 from docs.guide import DOCUMENTS
@@ -166,7 +166,7 @@ def test_measured_table_is_compares_report_or_says_how(copy):
   table = guide.measured_table(copy)
   assert "jax 0.10.2" in table and "2026-01-02" in table
   assert "load average 1.0/2.0/3.0" in table
-  from compare._src import report as compare_report  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import report as compare_report  # pylint: disable=g-import-not-at-top
   for row in compare_report.run_rows(report):  # compare's own rendering
     assert "| " + " | ".join(row) + " |" in table
   assert "temp MiB" in table

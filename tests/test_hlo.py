@@ -1,4 +1,4 @@
-"""compare._src.hlo's collective bytes: each collective counted at the unsharded
+"""compare._src.measure.hlo's collective bytes: each collective counted at the unsharded
 size it works on, so an fsdp step's all-gathers and reduce-scatters read
 against data_parallel's all-reduce.
 """
@@ -10,7 +10,7 @@ from jax.sharding import AxisType
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from compare._src import hlo
+from compare._src.measure import hlo
 
 F32 = 4
 

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare._src import hlo
+from compare._src.measure import hlo
 from shardport.workloads import batches
 from shardport.workloads import cnn
 from shardport.workloads import configs

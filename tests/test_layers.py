@@ -170,3 +170,39 @@ def test_the_check_sees_a_generic_package_installed():
   text = (ROOT / "pyproject.toml").read_text().replace(
       '"shardport*"', '"shardport*", "training*"')
   assert _installed(text) == sorted([*TOP_LEVEL, "training"])
+
+
+# compare's engine: three packages in order, a few modules beside them
+# (issue 58: the rewrite and the prover are packages of their own).
+ENGINE_ORDER = {"measure": 0, "prove": 1, "rewrite": 2}
+ENGINE = ROOT / "compare" / "_src"
+
+
+def _engine_violations(engine):
+  bad = []
+  for package, rank in ENGINE_ORDER.items():
+    for path in sorted((engine / package).rglob("*.py")):
+      for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+          parts = node.module.split(".")
+          if parts[:2] == ["compare", "_src"] and len(parts) > 2:
+            other = parts[2]
+            if ENGINE_ORDER.get(other, 3) > rank:
+              bad.append(f"{path.relative_to(engine)} imports {other}")
+  return bad
+
+
+def test_the_engine_packages_import_only_those_before_them():
+  assert _engine_violations(ENGINE) == []
+  top = [p for p in ENGINE.iterdir() if p.name != "__pycache__"
+         and (p.suffix == ".py" or (p / "__init__.py").exists())]
+  assert len(top) <= 12, sorted(p.name for p in top)
+
+
+def test_the_check_sees_the_prover_import_the_rewrite(tmp_path):
+  # Negative control: `prove` reaching up into `rewrite` is seen.
+  for package in ENGINE_ORDER:
+    (tmp_path / package).mkdir()
+  (tmp_path / "prove" / "x.py").write_text(
+      "def f():\n  from compare._src.rewrite import rewrite_cli\n")
+  assert _engine_violations(tmp_path) == ["prove/x.py imports rewrite"]

@@ -1,4 +1,4 @@
-"""The matmul precision a proof runs at (`compare._src.matmul_precision`).
+"""The matmul precision a proof runs at (`compare._src.prove.matmul_precision`).
 
 On an accelerator jax's default precision rounds a float32 matmul's inputs
 to tf32 or bfloat16, which the one-ulp band cannot measure (measured on an
@@ -14,10 +14,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from compare._src import matmul_precision
-from compare._src import proof
-from compare._src import report as report_module
-from compare._src import runner
+from compare._src.prove import matmul_precision
+from compare._src.prove import proof
+from compare._src.prove import report as report_module
+from compare._src.prove import runner
 
 
 def _dot_hlo() -> str:

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from compare._src import hlo
+from compare._src.measure import hlo
 from tests.test_traps import _load
 
 pmap_objects = _load("pmap_objects")

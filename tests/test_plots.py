@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 
-from compare._src import plots
+from compare._src.prove import plots
 from shardport import strategies
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -179,7 +179,7 @@ def test_the_readme_example_runs_on_8_devices_as_printed():
 
 
 def test_a_dtype_alone_is_a_tree_difference_naming_it():
-  from compare._src import port_steps  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import port_steps  # pylint: disable=g-import-not-at-top
   same = {"w": np.zeros(3, np.float32)}
   half = {"w": np.zeros(3, np.float16)}
   assert port_steps.tree_difference(same, same, "got", "want") is None
@@ -191,7 +191,7 @@ def test_a_dtype_alone_is_a_tree_difference_naming_it():
 
 def test_pmaps_metrics_are_the_mean_over_its_devices():
   # Per-device values 1..8 read back as their mean, 4.5: not device 0's.
-  from compare._src import port_runs  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import port_runs  # pylint: disable=g-import-not-at-top
   run = port_runs.PmapRun(None, None, None)
   metrics = run.metrics_to_host({"loss": np.arange(1, 9, dtype=np.float32),
                                  "lr": np.full(8, 0.1, np.float32)})
@@ -201,7 +201,7 @@ def test_pmaps_metrics_are_the_mean_over_its_devices():
 
 def test_a_pytree_error_keeps_its_key_path_on_its_one_line():
   import jax  # pylint: disable=g-import-not-at-top
-  from compare._src import port_steps  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import port_steps  # pylint: disable=g-import-not-at-top
   with pytest.raises(ValueError) as raised:
     jax.tree.map(lambda a, b: a, {"opt_state": (1.0,)}, {"opt_state": [1.0]})
   line = port_steps.one_line(raised.value)

@@ -17,8 +17,8 @@ import pytest
 
 import compare
 from bench import prove_scale
-from compare._src import lockstep
-from compare._src import proof as proof_module
+from compare._src.prove import lockstep
+from compare._src.prove import proof as proof_module
 
 # pmap's state, the port's, the Port's initial state on one device and the
 # lockstep's shared state copy between checks: under 2.5 sets; each plant

@@ -15,11 +15,11 @@ import re
 import pytest
 
 from compare import rewrite
-from compare._src import adapt
-from compare._src import port as port_module
-from compare._src import rewrite_global
-from compare._src import rewrite_proof
-from compare._src.global_layouts import B, R, S
+from compare._src.prove import adapt
+from compare._src.prove import port as port_module
+from compare._src.rewrite import rewrite_global
+from compare._src.rewrite import rewrite_proof
+from compare._src.rewrite.global_layouts import B, R, S
 
 INPUTS = pathlib.Path(__file__).resolve().parent / "rewrite_inputs"
 PORTS = "tests.rewrite_inputs.steps_module_port"

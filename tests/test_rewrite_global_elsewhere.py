@@ -28,9 +28,9 @@ import sys
 import libcst
 
 from compare import rewrite
-from compare._src import global_idioms
-from compare._src import rewrite_global
-from compare._src import rewrite_helpers
+from compare._src.rewrite import global_idioms
+from compare._src.rewrite import rewrite_global
+from compare._src.rewrite import rewrite_helpers
 from tests.test_rewrite import _script_output  # pylint: disable=g-bad-import-order
 from tests.test_rewrite_global import STACKED  # pylint: disable=g-bad-import-order
 

@@ -12,7 +12,7 @@ a dict of two layouts are refused by line.
 import pytest
 
 from compare import rewrite
-from compare._src import rewrite_helpers
+from compare._src.rewrite import rewrite_helpers
 from tests.test_rewrite import _script_output  # pylint: disable=g-bad-import-order
 
 VIT_SHAPED = '''

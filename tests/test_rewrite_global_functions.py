@@ -14,7 +14,7 @@ import re
 import pytest
 
 from compare import rewrite
-from compare._src import rewrite_helpers
+from compare._src.rewrite import rewrite_helpers
 from tests.test_rewrite import _script_output  # pylint: disable=g-bad-import-order
 from tests.test_rewrite_global_places import assert_places
 

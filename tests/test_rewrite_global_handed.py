@@ -12,7 +12,7 @@ Where the step's calls are not all in view, the place is named by line.
 
 import pytest
 
-from compare._src import rewrite_helpers
+from compare._src.rewrite import rewrite_helpers
 from tests.test_rewrite import _script_output  # pylint: disable=g-bad-import-order
 from tests.test_rewrite_global_functions import _rewritten as rewritten
 from tests.test_rewrite_global_places import assert_places

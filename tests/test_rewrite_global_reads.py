@@ -9,7 +9,7 @@ cannot tell is refused by line.
 import re
 
 from compare import rewrite
-from compare._src import rewrite_global
+from compare._src.rewrite import rewrite_global
 from tests.test_rewrite import _script_output  # pylint: disable=g-bad-import-order
 
 

@@ -17,7 +17,7 @@ import shutil
 
 from bench.real_programs import wmt_person
 from compare import rewrite
-from compare._src import rewrite_helpers
+from compare._src.rewrite import rewrite_helpers
 
 INPUTS = pathlib.Path(__file__).resolve().parent / "rewrite_inputs"
 # What the report must say of the file as written, and how often.

@@ -4,8 +4,8 @@
 import pathlib
 
 from compare import rewrite
-from compare._src import port as port_module
-from compare._src import rewrite_proof
+from compare._src.prove import port as port_module
+from compare._src.rewrite import rewrite_proof
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

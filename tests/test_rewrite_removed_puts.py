@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from compare import rewrite
-from compare._src import rewrite_helpers
+from compare._src.rewrite import rewrite_helpers
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "rewrite_inputs" / "removed_puts.py"

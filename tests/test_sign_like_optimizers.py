@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import compare
-from compare._src import equivalence
-from compare._src import leaf_bands
-from compare._src import lockstep
-from compare._src import port_runs
-from compare._src import verdicts
+from compare._src.prove import equivalence
+from compare._src.prove import leaf_bands
+from compare._src.prove import lockstep
+from compare._src.prove import port_runs
+from compare._src.prove import verdicts
 from tests import sign_like_ports
 
 LEAF = "['params']['w'] (4,)"

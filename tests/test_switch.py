@@ -19,9 +19,9 @@ from jax.experimental.compilation_cache import compilation_cache
 import pytest
 
 from compare._src import cli
-from compare._src import runner
+from compare._src.prove import runner
 from shardport import strategies
-from compare._src import switch
+from compare._src.prove import switch
 from tests import helpers
 from shardport.workloads import datasets
 from shardport.workloads import digest

@@ -183,7 +183,7 @@ def test_pmap_squeezes_the_device_axis_and_shard_map_keeps_it():
 
 def test_the_ports_avoid_the_traps_the_guide_shows(digits):
   """The traps above, checked on sharded/ itself, not on examples."""
-  from compare._src import hlo  # pylint: disable=g-import-not-at-top
+  from compare._src.measure import hlo  # pylint: disable=g-import-not-at-top
   from sharded import accumulation  # pylint: disable=g-import-not-at-top
   from sharded import data_parallel  # pylint: disable=g-import-not-at-top
   from shardport.workloads import batches  # pylint: disable=g-import-not-at-top

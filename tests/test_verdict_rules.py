@@ -1,23 +1,23 @@
 """The verdicts' rules on made-up checks, no run: lockstep's band and its
 rounding-flip rule, the step metrics, the end's shared-state evaluation
-and the calibration runs' spread (`compare._src.verdicts`). The runs that show
+and the calibration runs' spread (`compare._src.prove.verdicts`). The runs that show
 them on real programs are in tests/test_verdict.py.
 """
 
 import numpy as np
 import pytest
 
-from compare._src import equivalence
-from compare._src import leaf_bands
-from compare._src import lockstep
-from compare._src import runner
+from compare._src.prove import equivalence
+from compare._src.prove import leaf_bands
+from compare._src.prove import lockstep
+from compare._src.prove import runner
 from shardport import strategies
-from compare._src import verdicts
+from compare._src.prove import verdicts
 
 
 def _in_bands(errors, band):
   """Errors of a state with one leaf, as the verdict reads them: ratios to
-  that leaf's band (`compare._src.leaf_bands`)."""
+  that leaf's band (`compare._src.prove.leaf_bands`)."""
   return [None if e is None else e / band for e in errors]
 
 
@@ -300,7 +300,7 @@ def test_metric_spread_is_the_widest_calibration_runs():
   assert not within(1.0, 1.0, 1.0)
 
 
-# Per-leaf bands (`compare._src.leaf_bands`): examples/team_programs'
+# Per-leaf bands (`compare._src.prove.leaf_bands`): examples/team_programs'
 # linen_conv_bn, whose convolution bias before BatchNorm has no true
 # gradient: its calibration errors are about its whole update.
 NOISY, KERNEL = "['params']['Conv_0']['bias'] (16,)", "['params']['Dense_0']['kernel'] (16, 10)"
@@ -382,7 +382,7 @@ def test_every_metric_of_a_step_is_compared_wherever_it_lies(wrong):
 
 
 def test_a_tuple_of_metrics_keeps_every_one():
-  from compare._src import adapt  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import adapt  # pylint: disable=g-import-not-at-top
   assert adapt.metrics_dict((1.0, 2.0, 3.0)) == {
       "loss": 1.0, "metric_1": 2.0, "metric_2": 3.0}
 

@@ -81,7 +81,7 @@ from jax.sharding import PartitionSpec as P
 import numpy as np
 
 from bench.perf import paired
-from compare._src import hlo as hlo_lib
+from compare._src.measure import hlo as hlo_lib
 from sharded import accumulation as port
 from sharded import devices
 from shardport.workloads import batches, configs, microbatches, registry

@@ -42,7 +42,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bench.perf import paired
-from compare._src import hlo
+from compare._src.measure import hlo
 from sharded import devices
 
 # The digits CNN's parameter shapes (shardport/workloads/cnn.py) and the loss.

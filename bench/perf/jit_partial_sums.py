@@ -6,7 +6,7 @@ gradient, and the two ways out.
 A linear model `sum((x @ w)**2)`, `w` replicated, the batch split over a
 1-D mesh, K microbatches accumulated (unrolled) and averaged, one SGD step.
 Printed per program: all-reduce instructions, operands and bytes in the
-optimised HLO (`compare._src.hlo`), temp bytes, and the largest difference of
+optimised HLO (`compare._src.measure.hlo`), temp bytes, and the largest difference of
 the new `w` from the plain program's.
 
   jit          the JAX docs' first recipe. The SPMD partitioner inserts the
@@ -46,7 +46,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
-from compare._src import hlo
+from compare._src.measure import hlo
 
 N, K, M, D_IN, D_OUT = ARGS.devices, ARGS.k, 16, 256, 128
 MESH = jax.make_mesh((N,), ("data",), axis_types=(AxisType.Auto,))

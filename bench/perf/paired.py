@@ -1,6 +1,6 @@
 """Paired, interleaved timing of several steps: wall clock and CPU time.
 
-`compare._src.timing.throughput` rotates the runs window by window and reports
+`compare._src.measure.timing.throughput` rotates the runs window by window and reports
 wall-clock rates. On a shared 2-core machine (load average 9-19 while these
 notes were written) a window's wall time is mostly other people's jobs, so
 this helper also records the process's CPU time (user + system, all

@@ -53,7 +53,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bench.perf import paired
-from compare._src import hlo as hlo_lib
+from compare._src.measure import hlo as hlo_lib
 from shardport.strategies.data_parallel import Reference as reference
 from sharded import data_parallel as port
 from shardport.workloads import batches, configs

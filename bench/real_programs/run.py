@@ -129,7 +129,7 @@ def nlp_seq(flax: pathlib.Path, work: pathlib.Path,
 def _diff(source: pathlib.Path, port: pathlib.Path) -> str:
   """The rewrite's changes to the program, without the helpers it adds
   (docs/REWRITE.md shows them apart)."""
-  from compare._src import rewrite_helpers  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from compare._src.rewrite import rewrite_helpers  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   written = port.read_text().replace(rewrite_helpers.HELPERS, "")
   return "".join(difflib.unified_diff(
       source.read_text().splitlines(keepends=True),

@@ -16,12 +16,12 @@ from shardport.launch import distributed
 from shardport.launch import emulation
 from shardport.launch import files
 from shardport.launch import options
-from compare._src import progress
-from compare._src import report
+from compare._src.prove import progress
+from compare._src.prove import report
 from shardport import strategies
 from shardport.workloads import registry
-from compare._src import switch
-from compare._src import sweep
+from compare._src.prove import switch
+from compare._src.prove import sweep
 
 EXIT_PASS, EXIT_DIFFER, EXIT_USAGE, EXIT_DIVERGED = 0, 1, 2, 3
 # The tool itself (or a step at run time) raised: not a verdict, so not 1.
@@ -196,8 +196,8 @@ def _prepare(args):
 
 def _run_program(args):
   """`--program PKG.MODULE:NAME`: a team's port, proved."""
-  from compare._src import port  # pylint: disable=g-import-not-at-top
-  from compare._src import proof  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import port  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import proof  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   try:
     progress.phase(f"loading {args.program}")
@@ -224,7 +224,7 @@ def _run_program(args):
 
 
 def _run(args):
-  from compare._src import proof  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import proof  # pylint: disable=g-import-not-at-top
 
   progress.phase("loading the data and checking the options")
   strategy, config, data, n_devices, control = _prepare(args)
@@ -265,7 +265,7 @@ def _show(args, strategy, full):
   if args.json:
     files.write_json(full, args.json)
   if args.plot:
-    from compare._src import proof  # pylint: disable=g-import-not-at-top
+    from compare._src.prove import proof  # pylint: disable=g-import-not-at-top
     if args.sweep_devices:
       sweep.plot(full, args.plot)
     else:

@@ -8,7 +8,7 @@
   `bench/ensemble_runs.py`).
 """
 
-from compare._src import sweep
+from compare._src.prove import sweep
 from docs.guide.jobs import load
 from docs.guide.jobs import measured_note
 from docs.guide.tables import markdown_table

@@ -2,7 +2,7 @@
 
 - `<!-- table: measured -->`: each strategy's `python -m compare` report, in
   the registry's order, rendered by compare's own report functions
-  (`compare._src.report`, and the strategy's own `report_lines`), plus the
+  (`compare._src.prove.report`, and the strategy's own `report_lines`), plus the
   throughput sentence from its windows. `<!-- table: measured NAME -->`:
   strategy NAME's alone.
 - `<!-- table: tolerances -->`: each strategy's tolerances and reasons.
@@ -13,8 +13,8 @@
 import html
 import json
 
-from compare._src import report as compare_report
-from compare._src import verdicts
+from compare._src.prove import report as compare_report
+from compare._src.prove import verdicts
 from docs.guide import MEASURED
 from docs.guide import GuideError
 from docs.guide.figures import DispatchSource
@@ -121,7 +121,7 @@ def _load(report):
 
 
 def report_block(name, report):
-  """One strategy's measured report, rendered by compare._src.report."""
+  """One strategy's measured report, rendered by compare._src.prove.report."""
   try:
     rows = compare_report.run_rows(report)
     verdicts = compare_report.verdict_lines(report)

@@ -16,7 +16,7 @@ Reported beside the verdict, all from the same run: each run's bytes of
 params + optimiser state on one device (its addressable shards), against the
 data_parallel run's replicated state (target: at most 1/N + 0.1 of it); the bytes
 each step all-gathers and reduce-scatters against the data_parallel run's
-all-reduce (`compare._src.hlo`, in each run's entry); and examples/s against the
+all-reduce (`compare._src.measure.hlo`, in each run's entry); and examples/s against the
 data_parallel run, window by window.
 """
 

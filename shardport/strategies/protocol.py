@@ -97,7 +97,7 @@ class JudgedProgram(Protocol):
   """A program as `compare`'s engine runs and judges it: its one interface.
 
   Our strategies (`shardport.strategies.strategy.Strategy`) and a team's
-  `Port` (`compare._src.port_runs.PortStrategy`) each describe themselves
+  `Port` (`compare._src.prove.port_runs.PortStrategy`) each describe themselves
   so; neither inherits the other's assumptions (which run is the truth,
   what the batches are, which metrics are judged). Each run's state is seen
   only through its module's own view (`StrategyModule.to_host`,

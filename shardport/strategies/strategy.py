@@ -23,7 +23,7 @@ from shardport.workloads import batches
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
   """One run a strategy asks for: its name in the report, its program and
-  variant (`compare._src.runner.Run` is the run as it trains).
+  variant (`compare._src.prove.runner.Run` is the run as it trains).
 
   Attributes:
     name: the run's name in the report.
@@ -47,7 +47,7 @@ class RunSpec:
 
 # A pair's step from the shared state may differ from its partner's by this
 # multiple of the one-step band: the reference's own step taken again with
-# its rows reordered, the largest over the checked steps (`compare._src.lockstep`).
+# its rows reordered, the largest over the checked steps (`compare._src.prove.lockstep`).
 LOCKSTEP_MULTIPLE = 10.0
 LOCKSTEP_REASON = (
     "one step from the same state differs only in summation order, so the "

@@ -25,11 +25,11 @@ import re
 import sys
 import tempfile
 
-from compare._src import port as port_module
-from compare._src import port_steps
-from compare._src import proof as proof_module
-from compare._src import rewrite_cost
-from compare._src import rewrite_file
+from compare._src.prove import port as port_module
+from compare._src.prove import port_steps
+from compare._src.prove import proof as proof_module
+from compare._src.rewrite import rewrite_cost
+from compare._src.rewrite import rewrite_file
 
 
 def original_name(port, source: pathlib.Path) -> str | None:

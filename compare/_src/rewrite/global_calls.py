@@ -24,14 +24,14 @@ import dataclasses
 
 import libcst as cst
 
-from compare._src import rewrite_pmap
-from compare._src.global_idioms import code_of
-from compare._src.global_layouts_types import B
-from compare._src.global_layouts_types import Blocker
-from compare._src.global_layouts_types import CONFLICT
-from compare._src.global_layouts_types import CYCLE
-from compare._src.global_layouts_types import R
-from compare._src.global_layouts_types import S
+from compare._src.rewrite import rewrite_pmap
+from compare._src.rewrite.global_idioms import code_of
+from compare._src.rewrite.global_layouts_types import B
+from compare._src.rewrite.global_layouts_types import Blocker
+from compare._src.rewrite.global_layouts_types import CONFLICT
+from compare._src.rewrite.global_layouts_types import CYCLE
+from compare._src.rewrite.global_layouts_types import R
+from compare._src.rewrite.global_layouts_types import S
 
 PLACED = (R, B, "biter")
 CALLERS = "callers in other files: "  # how the report counts the notes

@@ -3,14 +3,14 @@
 `replicate` (flax's, and the pmap tutorial's `jnp.array([x] * n)`),
 `common_utils.shard` (and the tutorial's reshape to `[devices, ...]`),
 `unreplicate`, `x[0]` and `jax.tree.map(lambda y: y[0], x)`
-(`compare._src.global_layouts` reads where they are).
+(`compare._src.rewrite.global_layouts` reads where they are).
 """
 
 import re
 
 import libcst as cst
 
-from compare._src import rewrite_pmap
+from compare._src.rewrite import rewrite_pmap
 
 TREE_MAPS = ("jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map",
               "tree_map", "tree.map")

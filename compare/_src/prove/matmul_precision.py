@@ -1,7 +1,7 @@
 """The matmul precision a proof runs at.
 
 The one-step band is measured by nudging each batch by a few float32 ulps
-(`compare._src.lockstep.NUDGE_ULPS`) and seeing how far rounding alone
+(`compare._src.prove.lockstep.NUDGE_ULPS`) and seeing how far rounding alone
 moves the step. That holds only where matmuls compute in float32. On a GPU
 (tf32 inputs, 10-bit mantissas) and a TPU (bfloat16 passes), jax's default
 precision rounds each matmul's inputs far coarser than an ulp: most nudges

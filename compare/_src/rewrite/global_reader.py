@@ -1,28 +1,28 @@
 """The reading behind the global step: every step, call, binding and read
-of a module (`compare._src.global_layouts` answers from it)."""
+of a module (`compare._src.rewrite.global_layouts` answers from it)."""
 
 import libcst as cst
 from libcst import metadata
 
-from compare._src import global_calls
-from compare._src import global_idioms
-from compare._src import global_scopes
-from compare._src import rewrite_pmap
-from compare._src import stacked_calls
-from compare._src.global_idioms import is_index0
-from compare._src.global_idioms import is_prefetch
-from compare._src.global_idioms import is_replicate_call
-from compare._src.global_idioms import is_shard_call
-from compare._src.global_idioms import is_tree_index0
-from compare._src.global_idioms import is_unreplicate_call
-from compare._src.global_idioms import root_name
-from compare._src.global_idioms import splitter_name
-from compare._src.global_idioms import static_argnums
-from compare._src.global_layouts_types import B
-from compare._src.global_layouts_types import Blocker
-from compare._src.global_layouts_types import R
-from compare._src.global_layouts_types import S
-from compare._src.global_layouts_types import StepLayout
+from compare._src.rewrite import global_calls
+from compare._src.rewrite import global_idioms
+from compare._src.rewrite import global_scopes
+from compare._src.rewrite import rewrite_pmap
+from compare._src.rewrite import stacked_calls
+from compare._src.rewrite.global_idioms import is_index0
+from compare._src.rewrite.global_idioms import is_prefetch
+from compare._src.rewrite.global_idioms import is_replicate_call
+from compare._src.rewrite.global_idioms import is_shard_call
+from compare._src.rewrite.global_idioms import is_tree_index0
+from compare._src.rewrite.global_idioms import is_unreplicate_call
+from compare._src.rewrite.global_idioms import root_name
+from compare._src.rewrite.global_idioms import splitter_name
+from compare._src.rewrite.global_idioms import static_argnums
+from compare._src.rewrite.global_layouts_types import B
+from compare._src.rewrite.global_layouts_types import Blocker
+from compare._src.rewrite.global_layouts_types import R
+from compare._src.rewrite.global_layouts_types import S
+from compare._src.rewrite.global_layouts_types import StepLayout
 
 
 class Reader(global_scopes.Scopes):

@@ -18,7 +18,7 @@ Each port run's step is also compared with its witness's (the pmap run, never
 planted): a pair whose two programs differ (pmap and the one-device
 reference) can part at one step by a rounding flip, which the verdict
 excuses only where every port run in the pair took its witness's step
-(`compare._src.verdicts.lockstep`).
+(`compare._src.prove.verdicts.lockstep`).
 """
 
 import dataclasses
@@ -27,8 +27,8 @@ import time
 import jax
 import numpy as np
 
-from compare._src import equivalence
-from compare._src import leaf_bands
+from compare._src.prove import equivalence
+from compare._src.prove import leaf_bands
 from shardport.strategies import perturbations
 from shardport.training.metrics import global_devices
 
@@ -61,7 +61,7 @@ CALIBRATION_FLIP_LEVEL = 1e-3
 # of zero can fall to the other side in either, where a mistake in the step
 # stays in every retake. The smallest error between the two sides' steps,
 # as taken or retaken, is what the verdict may excuse a flip by
-# (`compare._src.verdicts`). Measured on the einsum ensemble port's flip at
+# (`compare._src.prove.verdicts`). Measured on the einsum ensemble port's flip at
 # step 46 (docs/jax-facts.md): a one-ulp nudge of the port's batch left it
 # there, one of 1, 4 ulps on either side matched the truth to 2.1e-6 of the
 # update, and 16 ulps or more flipped other ReLUs (3.8e-3): hence 1 to 8.
@@ -197,7 +197,7 @@ class Lockstep:
   def evaluate_shared(self, steps: int, evaluate) -> None:
     """Every run's own `evaluate(run, state)` of the ground truth's state
     after `steps` steps, placed in the run's layout: the end-of-run check
-    that free-running chaos cannot reach (`compare._src.verdicts.final`)."""
+    that free-running chaos cannot reach (`compare._src.prove.verdicts.final`)."""
     shared = self.reference.host
     self.shared_eval = {
         name: evaluate(run, run.state if equivalence.trees_same_bits(
@@ -221,7 +221,7 @@ class Lockstep:
     """Every pairing of port run `name`'s step t and the truth's, each as
     taken or retaken on nudged batches, as `{leaf: error}`, where its own
     step lies over the band so far from the truth's and from its witness's
-    (each leaf against its own band, `compare._src.leaf_bands`); None
+    (each leaf against its own band, `compare._src.prove.leaf_bands`); None
     elsewhere. The verdict takes the pairing closest to the truth."""
     if self.multiple is None:
       return None

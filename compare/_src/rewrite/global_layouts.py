@@ -1,6 +1,6 @@
 """Where each value a pmapped step takes comes from: the global step's reading.
 
-`python -m compare.rewrite --global` (`compare._src.rewrite_global`) places
+`python -m compare.rewrite --global` (`compare._src.rewrite.rewrite_global`) places
 the state once on the mesh and each batch as one global array. For that it
 must know, for each argument of each pmapped step, which layout it arrives
 in once the file's `replicate`/`shard` calls are rewritten:
@@ -29,21 +29,21 @@ not written for the file.
 
 import libcst as cst
 
-from compare._src import global_calls
-from compare._src import global_handed
-from compare._src import global_reader
-from compare._src import rewrite_pmap
-from compare._src.global_idioms import code_of
-from compare._src.global_idioms import root_name
-from compare._src.global_idioms import is_replicate_call
-from compare._src.global_idioms import is_shard_call
-from compare._src.global_layouts_types import B
-from compare._src.global_layouts_types import Blocker
-from compare._src.global_layouts_types import CONFLICT
-from compare._src.global_layouts_types import CYCLE
-from compare._src.global_layouts_types import R
-from compare._src.global_layouts_types import S
-from compare._src.global_layouts_types import StepLayout
+from compare._src.rewrite import global_calls
+from compare._src.rewrite import global_handed
+from compare._src.rewrite import global_reader
+from compare._src.rewrite import rewrite_pmap
+from compare._src.rewrite.global_idioms import code_of
+from compare._src.rewrite.global_idioms import root_name
+from compare._src.rewrite.global_idioms import is_replicate_call
+from compare._src.rewrite.global_idioms import is_shard_call
+from compare._src.rewrite.global_layouts_types import B
+from compare._src.rewrite.global_layouts_types import Blocker
+from compare._src.rewrite.global_layouts_types import CONFLICT
+from compare._src.rewrite.global_layouts_types import CYCLE
+from compare._src.rewrite.global_layouts_types import R
+from compare._src.rewrite.global_layouts_types import S
+from compare._src.rewrite.global_layouts_types import StepLayout
 
 __all__ = ["B", "Blocker", "CONFLICT", "R", "S", "StepLayout", "read"]
 

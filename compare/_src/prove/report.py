@@ -5,8 +5,8 @@ Generic: what only one strategy reports comes from its `report_lines`.
 
 import textwrap
 
-from compare._src import leaf_bands
-from compare._src import lockstep
+from compare._src.prove import leaf_bands
+from compare._src.prove import lockstep
 from shardport.strategies.throughput import throughput_ratio
 
 SCHEMA = 2
@@ -34,7 +34,7 @@ def header(report: dict) -> str:
 
 
 # "coll KiB": every collective's bytes one step moves, each at the
-# unsharded size it works on (`compare._src.hlo`): where a jit port places
+# unsharded size it works on (`compare._src.measure.hlo`): where a jit port places
 # more than its shard_map twin, this column shows it.
 COLUMNS = ("run", "examples/s", "spread (min-max)", "% peak", "compile s",
            "final loss", "test acc", "all-reduce", "all-gather", "coll KiB",

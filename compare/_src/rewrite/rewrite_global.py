@@ -1,6 +1,6 @@
 """`python -m compare.rewrite --global`: the second step, to global arrays.
 
-The first step (`compare._src.rewrite_pmap`) keeps pmap's stacked
+The first step (`compare._src.rewrite.rewrite_pmap`) keeps pmap's stacked
 `[devices, ...]` layout. This one places the state once on the mesh and each
 batch as one global array, the step's per-device body unchanged:
 
@@ -14,7 +14,7 @@ batch as one global array, the step's per-device body unchanged:
   value -> `x` (its `x[0]` is refused: a device's copy, or a tuple's
   element);
 - each step's in_specs and out_specs from where its arguments come from and
-  how its outputs are read (`compare._src.global_layouts`): `P()` for a
+  how its outputs are read (`compare._src.rewrite.global_layouts`): `P()` for a
   replicated value, `P(axis)` for a global batch, pmap's stacked layout kept
   for the rest (a key per device; outputs read per device).
 
@@ -31,13 +31,13 @@ import dataclasses
 import libcst as cst
 from libcst import metadata
 
-from compare._src import first_step_undone
-from compare._src import global_idioms
-from compare._src import global_layouts
-from compare._src import rewrite_file
-from compare._src import rewrite_pmap
-from compare._src.global_layouts import B, R
-from compare._src.rewrite_pmap import Finding
+from compare._src.rewrite import first_step_undone
+from compare._src.rewrite import global_idioms
+from compare._src.rewrite import global_layouts
+from compare._src.rewrite import rewrite_file
+from compare._src.rewrite import rewrite_pmap
+from compare._src.rewrite.global_layouts import B, R
+from compare._src.rewrite.rewrite_pmap import Finding
 
 _BATCH_AXIS = "batch-axis"
 AXES = "the pmaps name "  # several axes, each a mesh: no call site moved

@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from compare._src import adapt
+from compare._src.prove import adapt
 from compare import conversions
 
 

@@ -1,4 +1,4 @@
-"""The global step's layouts and findings (`compare._src.global_layouts`)."""
+"""The global step's layouts and findings (`compare._src.rewrite.global_layouts`)."""
 
 import dataclasses
 

@@ -31,8 +31,8 @@ import dataclasses
 import libcst as cst
 from libcst import metadata
 
-from compare._src import pmap_arguments
-from compare._src import stacked_calls
+from compare._src.rewrite import pmap_arguments
+from compare._src.rewrite import stacked_calls
 
 # Collectives whose axis must be one a pmap of this file names.
 _COLLECTIVES = ("pmean", "psum", "pmax", "pmin", "all_gather", "axis_index",

@@ -11,10 +11,10 @@ import dataclasses
 import datetime
 import os
 
-from compare._src import matmul_precision
-from compare._src import plots
-from compare._src import port as port_module
-from compare._src import report as report_module
+from compare._src.prove import matmul_precision
+from compare._src.prove import plots
+from compare._src.prove import port as port_module
+from compare._src.prove import report as report_module
 from shardport.launch import distributed
 from shardport.launch import files
 
@@ -74,7 +74,7 @@ def prepare(port, steps: int | None = None, calibration_runs: int = 0):
   Returns:
     `(strategy, config)`; raises `PortError` (one line) on any mistake.
   """
-  from compare._src import port_runs  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import port_runs  # pylint: disable=g-import-not-at-top
   if steps is not None:
     port = dataclasses.replace(port, steps=steps)
   strategy = port_runs.PortStrategy(port_module.check(port),
@@ -84,7 +84,7 @@ def prepare(port, steps: int | None = None, calibration_runs: int = 0):
 
 def port_runs_seeds():
   """The calibration runs a Port may ask for, by name."""
-  from compare._src import port_runs  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import port_runs  # pylint: disable=g-import-not-at-top
   return port_runs.NUDGE_SEEDS
 
 
@@ -175,7 +175,7 @@ def prove_strategy(strategy, config, data, n_devices: int, *, control=None,
     The `Proof`.
   """
   import jax  # pylint: disable=g-import-not-at-top
-  from compare._src import runner  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import runner  # pylint: disable=g-import-not-at-top
   control = _control(strategy, control, config.steps)
   precision, precision_fields = matmul_precision.for_proof(
       jax.devices()[0].platform)

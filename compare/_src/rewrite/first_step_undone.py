@@ -20,9 +20,9 @@ import difflib
 
 import libcst as cst
 
-from compare._src import rewrite_helpers
-from compare._src import rewrite_pmap
-from compare._src import stacked_calls
+from compare._src.rewrite import rewrite_helpers
+from compare._src.rewrite import rewrite_pmap
+from compare._src.rewrite import stacked_calls
 
 MARK = "# compare.rewrite's helpers"
 

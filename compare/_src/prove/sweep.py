@@ -9,8 +9,8 @@ real accelerators.
 
 import os
 
-from compare._src import matmul_precision
-from compare._src import runner
+from compare._src.prove import matmul_precision
+from compare._src.prove import runner
 
 
 def parse(text: str) -> tuple[int, ...]:

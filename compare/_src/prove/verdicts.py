@@ -5,7 +5,7 @@ After one step every pair must be within the multiple of the one-step band
 (without checks, the strategy's first-step tolerance; a 1% learning-rate
 change is 1000x above either). At every checked step every pair's step from
 one shared state must stay within `strategy.lockstep_multiple` times the
-one-step band (`compare._src.lockstep`): the test of correctness at any
+one-step band (`compare._src.prove.lockstep`): the test of correctness at any
 length, since nothing carries over from one step to the next. A pair of two
 programs may part at a few steps by a rounding flip where every port run
 took pmap's step, and says so: one rule (`_flips`) for the first step and
@@ -13,15 +13,15 @@ every checked step. At the end every run evaluates one state (the ground
 truth's final one) with its own `evaluate`: a pair's metrics must agree to
 rounding. The free-running runs' test metrics against the spread of the
 calibration runs (the reference trained again with its batch rows summed in
-other orders, `compare._src.runner.CALIBRATIONS`), and their drift against
+other orders, `compare._src.prove.runner.CALIBRATIONS`), and their drift against
 the calibration band, are shown, not judged: rounding alone separates two
 correct runs chaotically.
 """
 
 import numpy as np
 
-from compare._src import equivalence
-from compare._src import leaf_bands
+from compare._src.prove import equivalence
+from compare._src.prove import leaf_bands
 
 DIVERGED = "diverged"
 # Drift below this fraction of the reference's largest |param| is float
@@ -129,7 +129,7 @@ def _witnessed(checks, allowed):
   run whose step matched its witness's (pmap's) within `allowed` (a ratio
   to the leaves' own bands), or whose
   step and the truth's, either retaken on its batch nudged by a few ulps,
-  matched within it (`compare._src.lockstep.NUDGE_ULPS`: a rounding flip
+  matched within it (`compare._src.prove.lockstep.NUDGE_ULPS`: a rounding flip
   fell back, where a mistake stays). A port run with neither is never
   witnessed."""
   def within(errors):
@@ -217,7 +217,7 @@ def _metric_fields(checks, pair):
 
 def lockstep(strategy, checks: dict) -> list[dict]:
   """Every pair at every checked step, from the shared state, against the
-  one-step band (`compare._src.lockstep`); a pair of two programs that parts at
+  one-step band (`compare._src.prove.lockstep`); a pair of two programs that parts at
   a few steps where every port run took its witness's step is excused (a
   rounding flip), and says so."""
   del strategy
@@ -228,7 +228,7 @@ def lockstep(strategy, checks: dict) -> list[dict]:
     a, b = name.split("~")
     errors = np.asarray(pair["errors"], np.float64)
     # Each step's largest error over the judged leaves, each in units of
-    # its own band (`compare._src.leaf_bands`).
+    # its own band (`compare._src.prove.leaf_bands`).
     ratios = np.asarray(pair["ratios"], np.float64)
     over, flips = _flips(checks, a, b)
     failing = [int(i) for i in over if int(i) not in flips]

@@ -7,7 +7,7 @@ parameter difference of every pair, and of the reference and each
 calibration run, is recorded at every step. Every run is checked for
 non-finite loss and parameters at every step; training stops at the first
 step where one blows up. Throughput is timed afterwards, interleaved across
-runs (`compare._src.timing`).
+runs (`compare._src.measure.timing`).
 """
 
 import dataclasses
@@ -19,15 +19,15 @@ import numpy as np
 import tqdm
 
 from shardport.launch import distributed
-from compare._src import equivalence
-from compare._src import hlo
-from compare._src import lockstep
-from compare._src import progress as progress_lines
+from compare._src.prove import equivalence
+from compare._src.measure import hlo
+from compare._src.prove import lockstep
+from compare._src.prove import progress as progress_lines
 from shardport.strategies import perturbations
-from compare._src import switch
-from compare._src import timing
-from compare._src import utilisation
-from compare._src import verdicts
+from compare._src.prove import switch
+from compare._src.measure import timing
+from compare._src.measure import utilisation
+from compare._src.prove import verdicts
 from shardport.strategies.reference import OneDevice
 from shardport.training import dispatch
 from shardport.training import metrics as run_metrics
@@ -63,7 +63,7 @@ class Run:
   first_step: object = None
   step_metrics: dict = dataclasses.field(default_factory=dict)
   host: object = None
-  initial: object = None  # a copy of the initial state (`compare._src.lockstep`)
+  initial: object = None  # a copy of the initial state (`compare._src.prove.lockstep`)
   handover: dict | None = None  # what `--switch-at` handed over (pmap's)
   history: list = dataclasses.field(default_factory=list)
   summary: dict = dataclasses.field(default_factory=dict)
@@ -207,8 +207,8 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   """Trains every active run in lockstep.
 
   With `switch_at` the port's runs restore pmap's checkpoint of that step
-  and continue from it (`compare._src.switch`). Every `check_every`-th step each
-  run also steps from the reference's state (`compare._src.lockstep`).
+  and continue from it (`compare._src.prove.switch`). Every `check_every`-th step each
+  run also steps from the reference's state (`compare._src.prove.lockstep`).
 
   Returns:
     `(runs, pairs, drift, diverged, lockstep, raised)`: the runs
@@ -365,7 +365,7 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
       "runs": {run.name: _run_report(strategy, config, run, speeds[run.name])
                for run in runs},
       "calibration": calibration_report,
-      # What --switch-at handed over (compare._src.switch), else None.
+      # What --switch-at handed over (compare._src.prove.switch), else None.
       "switch": handed,
       "truth": strategy.truth,
       "calibration_change": strategy.calibration_change,

@@ -13,11 +13,11 @@ import dataclasses
 import jax
 import numpy as np
 
-from compare._src import adapt
+from compare._src.prove import adapt
 from compare import conversions
 from shardport.strategies import negative_controls as controls
 from shardport.strategies import perturbations
-from compare._src import port_steps
+from compare._src.prove import port_steps
 from shardport.strategies.reference import OneDevice
 from shardport.strategies.strategy import RunSpec
 from shardport.strategies import strategy as our_strategies

@@ -20,11 +20,11 @@ import tempfile
 from shardport.launch import distributed
 from shardport.launch import emulation
 from shardport.launch import options
-from compare._src import global_calls
-from compare._src import rewrite_file
-from compare._src import rewrite_global
-from compare._src import stacked_calls
-from compare._src.rewrite_file import RewriteError
+from compare._src.rewrite import global_calls
+from compare._src.rewrite import rewrite_file
+from compare._src.rewrite import rewrite_global
+from compare._src.rewrite import stacked_calls
+from compare._src.rewrite.rewrite_file import RewriteError
 
 EXIT_DONE, EXIT_PERSON, EXIT_USAGE, EXIT_CRASH = 0, 1, 2, 4
 _KIND = {"changed": "changed", "person": "NEEDS A PERSON", "kept": "kept"}
@@ -207,7 +207,7 @@ def _write(results, tree_root: pathlib.Path | None) -> None:
 
 def _load_port(spec: str):
   """The Port `--prove` names, or RewriteError: before anything is written."""
-  from compare._src import port as port_module  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from compare._src.prove import port as port_module  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   try:
     return port_module.load(spec)
   except port_module.PortError as err:
@@ -219,7 +219,7 @@ def _declared_step(port, source: pathlib.Path):
   or the step a `compare.adapt_step` adapts), as a
   `rewrite_global.Declared`; None where `source` names neither."""
   import dataclasses  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  from compare._src import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from compare._src.rewrite import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   signature = getattr(port.pmap_step, "signature", None)
   step = port if signature is None else dataclasses.replace(
       port, pmap_step=signature.step)
@@ -349,8 +349,8 @@ def main(argv=None) -> int:
 def _prove(port, pair, args) -> int:
   """`--prove`: the proof's exit code, 2 for a Port that cannot be proved,
   4 for a crash (the rewrite and its report are written by then)."""
-  from compare._src import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  from compare._src.port import PortError  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from compare._src.rewrite import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from compare._src.prove.port import PortError  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   try:
     return rewrite_proof.prove(port, *pair, steps=args.steps,
                                global_step=args.global_step)

@@ -3,15 +3,15 @@ compiled on the Port's own state and first batch, side by side.
 
 `python -m compare.rewrite ... --global --prove SPEC` prints it after the
 proof: per device, the bytes of the arguments, outputs and temporaries
-(`compare._src.hlo.memory`), and the collectives one call runs with the bytes
-they move (`compare._src.hlo.describe`), as the harness measures its own steps.
+(`compare._src.measure.hlo.memory`), and the collectives one call runs with the bytes
+they move (`compare._src.measure.hlo.describe`), as the harness measures its own steps.
 """
 
 import jax
 import numpy as np
 
-from compare._src import hlo
-from compare._src import port as port_module
+from compare._src.measure import hlo
+from compare._src.prove import port as port_module
 
 
 

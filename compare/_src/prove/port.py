@@ -15,9 +15,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from compare._src import adapt
-from compare._src import port_steps
-from compare._src.port_steps import PortError
+from compare._src.prove import adapt
+from compare._src.prove import port_steps
+from compare._src.prove.port_steps import PortError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,10 +13,10 @@ parameter something else or gives the step under another name, or the
 body hands the parameter on again or reads it other than by calling it.
 """
 
-from compare._src import global_calls
-from compare._src import rewrite_pmap
-from compare._src.global_idioms import root_name
-from compare._src.global_layouts_types import Blocker
+from compare._src.rewrite import global_calls
+from compare._src.rewrite import rewrite_pmap
+from compare._src.rewrite.global_idioms import root_name
+from compare._src.rewrite.global_layouts_types import Blocker
 
 
 def _used_as_value(line, name) -> Blocker:

@@ -1,7 +1,7 @@
 """One file rewritten: parse, rewrite every pmap, add the helpers, report.
 
 `rewrite_source` is the whole rewrite of one source text; the CLI
-(`compare._src.rewrite_cli`) reads and writes the files.
+(`compare._src.rewrite.rewrite_cli`) reads and writes the files.
 """
 
 import dataclasses
@@ -9,10 +9,10 @@ import dataclasses
 import libcst as cst
 from libcst import metadata
 
-from compare._src import rewrite_helpers
-from compare._src import rewrite_pmap
-from compare._src import stacked_calls
-from compare._src.rewrite_pmap import Finding
+from compare._src.rewrite import rewrite_helpers
+from compare._src.rewrite import rewrite_pmap
+from compare._src.rewrite import stacked_calls
+from compare._src.rewrite.rewrite_pmap import Finding
 
 
 class RewriteError(ValueError):

@@ -1,7 +1,7 @@
 """Each leaf of the state judged against its own one-step band.
 
 The one-step band is how far rounding alone moves a step's result, as a
-fraction of the step's update (`compare._src.lockstep`). Measured over the
+fraction of the step's update (`compare._src.prove.lockstep`). Measured over the
 whole state it is the noisiest leaf's: a bias before a BatchNorm has no true
 gradient, so Adam's update of it is normalised rounding noise and its band
 is about its whole update (1.18 on examples/team_programs/linen_conv_bn.py),

@@ -95,7 +95,7 @@ UPDATE_FLOOR = 1e-3
 def update_errors(a, b, start) -> dict[str, float]:
   """How far apart two results of one step from `start` are, leaf by leaf,
   as a fraction of the step's update `b - start`, so that each leaf can be
-  judged against its own band (`compare._src.leaf_bands`).
+  judged against its own band (`compare._src.prove.leaf_bands`).
 
   Each floating leaf's largest |a - b| is divided by its largest |b - start|
   (floored at `UPDATE_FLOOR` times the largest update in its top-level

@@ -1,0 +1,13 @@
+"""`python -m compare.rewrite`: a pmap program in, its port and a report out.
+
+What flows through it: a source file is parsed with LibCST
+(`rewrite_file`), every `jax.pmap` is rewritten into the first step's
+`jax.jit(jax.shard_map(...))` that keeps pmap's stacked layout
+(`rewrite_pmap`, over `pmap_arguments` and `stacked_calls`); `--global`
+then reads every value the steps take (`global_reader`, `global_scopes`,
+`global_calls`, `global_handed`, `global_idioms`, answered by
+`global_layouts`) and writes the second step on global arrays
+(`rewrite_global`). `rewrite_cli` runs it on files; `rewrite_proof` and
+`rewrite_cost` prove the written port with `compare.prove` and show what
+it compiles to.
+"""
