@@ -257,7 +257,8 @@ def _show(args, strategy, full):
   progress.release()
   progress.phase("done: the report follows")
   if args.sweep_devices:
-    print("\n".join([report.header(full), *sweep.table(full),
+    print("\n".join([*report.fit(report.header(full), indent=2),
+                     *sweep.table(full),
                      f"verdict: {full['verdict']}"]))
   else:
     print(report.table(full, strategy.report_lines(full)))

@@ -10,7 +10,8 @@ from compare._src.prove import lockstep
 from shardport.strategies.throughput import throughput_ratio
 
 SCHEMA = 2
-# The report's first screen fits this many columns.
+# Every line the report prints fits this many columns (issue 59); the JSON
+# keeps each field in full.
 WIDTH = 100
 # shard_map must keep at least this share of pmap's throughput (issue 2).
 THROUGHPUT_FLOOR = 0.97
@@ -18,6 +19,26 @@ THROUGHPUT_FLOOR = 0.97
 
 def _fmt(value, spec):
   return "-" if value is None else format(value, spec)
+
+
+def fit(line: str, indent: int | None = None) -> list[str]:
+  """`line` as lines of at most `WIDTH` columns.
+
+  Args:
+    line: one line of the report.
+    indent: the continuation lines' indent; by default the line's own
+      indent plus four, so a continuation never reads as a line of its own.
+
+  Returns:
+    `[line]` when it fits, else its words wrapped, never split at a hyphen
+    ("1.2e-07" and "24976-36859" stay whole).
+  """
+  if len(line) <= WIDTH:
+    return [line]
+  if indent is None:
+    indent = len(line) - len(line.lstrip(" ")) + 4
+  return textwrap.wrap(line, WIDTH, subsequent_indent=" " * indent,
+                       break_on_hyphens=False)
 
 
 def header(report: dict) -> str:
@@ -65,11 +86,18 @@ def run_rows(report: dict) -> list[list[str]]:
 
 
 def _runs_table(report):
+  rows = run_rows(report)
+  needed = [max(len(c) for c in column) for column in zip(_SHORT, *rows)]
+  widths = [max(w, n) for w, n in zip(_WIDTHS, needed)]
+  # A long run name ("dp_shard_map") or rate widens its column: the other
+  # columns then shrink to their contents, so the row still fits.
+  if sum(widths) + len(widths) - 1 > WIDTH:
+    widths = needed
   line = lambda cells: " ".join(
       f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
-      for i, (c, w) in enumerate(zip(cells, _WIDTHS)))
+      for i, (c, w) in enumerate(zip(cells, widths)))
   head = line(_SHORT)
-  return [head, "-" * len(head)] + [line(r) for r in run_rows(report)]
+  return [head, "-" * len(head)] + [line(r) for r in rows]
 
 
 def _history(report):
@@ -86,6 +114,10 @@ def _history(report):
     lines += textwrap.wrap(f"{name:<12} {key} by step: {points}", WIDTH,
                            subsequent_indent=" " * 13)
   return lines
+
+
+# Where `_pair_line`'s detail starts, after the pair, the check, the verdict.
+_PAIR_DETAIL = 10 + 4 + 13 + 1 + 10 + 1 + 7 + 1
 
 
 def _pair_line(v):
@@ -185,10 +217,18 @@ def _final_line(v):
   return f"final {v['a']}~{v['b']}: " + "; ".join(parts) if parts else None
 
 
-def verdict_lines(report: dict) -> list[str]:
+def verdict_lines(report: dict, wrap: bool = False) -> list[str]:
   """One line per pair and check, the lockstep checks, then each final
-  pair's calibration."""
-  lines = [_pair_line(v) for v in report["equivalence"]]
+  pair's calibration.
+
+  Args:
+    report: the report (`shardport.launch.files`' JSON).
+    wrap: whether a pair's detail wraps under its own column (`table`);
+      the appendix shows each pair on one line.
+  """
+  lines = [text for v in report["equivalence"]
+           for text in (fit(_pair_line(v), indent=_PAIR_DETAIL) if wrap
+                        else [_pair_line(v)])]
   lines += _lockstep_lines(report)
   for v in report["equivalence"]:
     if v["at"] == "final":
@@ -260,7 +300,7 @@ def _pair_summaries(report: dict) -> list[str]:
               # Over the allowance only where a flip was excused: say so.
               + (f", a rounding flip excused at step(s) {_steps(flips)}"
                  if flips else ""))
-    lines.append(f"  {a + ' vs ' + b:<24} {text}")
+    lines += fit(f"  {a + ' vs ' + b:<24} {text}", indent=27)
   return lines
 
 
@@ -295,7 +335,8 @@ def table(report: dict, strategy_lines: list[str] = ()) -> str:
         WIDTH, subsequent_indent="  ")
   for name, why in report.get("skipped_runs", {}).items():
     lines.append(f"{name:<12} not run: {why}")
-  lines += ["", *_history(report), "", *strategy_lines, *verdict_lines(report)]
+  lines += ["", *_history(report), "", *strategy_lines,
+            *verdict_lines(report, wrap=True)]
   ratio = throughput_ratio(report)
   if ratio is not None:
     mark = ("ok" if ratio["median"] >= THROUGHPUT_FLOOR
@@ -316,4 +357,6 @@ def table(report: dict, strategy_lines: list[str] = ()) -> str:
   lines += LEGEND
   lines.append(f"verdict: {report['verdict']}"
                + (f", {failure}" if failure else "") + judged)
-  return "\n".join(lines)
+  # Each line wrapped (a final pair's line ran to 351 columns); what a
+  # strategy adds (`report_lines`) too.
+  return "\n".join(text for line in lines for text in fit(line))
