@@ -20,9 +20,9 @@ from bench import prove_scale
 from compare._src.prove import lockstep
 from compare._src.prove import proof as proof_module
 
-# pmap's state, the port's, the Port's initial state on one device and the
-# lockstep's shared state copy between checks: under 2.5 sets; each plant
-# adds at least one set.
+# pmap's state, the port's and the Port's initial state on one device:
+# under 2.5 sets, as the free-running steps start and after each check;
+# each plant adds at least one set.
 MOST_SETS = 2.5
 
 
@@ -47,16 +47,21 @@ def _largest_census(monkeypatch, **prove_kwargs) -> float:
   port = prove_scale.build_port("mlp", 0.5, 3, reference=False)
   state_bytes = _state_bytes(port)
   seen = []
-  after_step = lockstep.Lockstep.after_step
 
-  def counted(self, *args, **kwargs):
-    after_step(self, *args, **kwargs)
-    seen.append(_device_sets(state_bytes))
+  def counted(method):
+    def call(self, *args, **kwargs):
+      method(self, *args, **kwargs)
+      seen.append(_device_sets(state_bytes))
+    return call
 
-  monkeypatch.setattr(lockstep.Lockstep, "after_step", counted)
+  # As each free-running step starts (what the lockstep keeps through it)
+  # and after each check.
+  for name in ("before_step", "after_step"):
+    monkeypatch.setattr(lockstep.Lockstep, name,
+                        counted(getattr(lockstep.Lockstep, name)))
   proof = compare.prove(port, windows=1, **prove_kwargs)
   assert proof.verdict == "pass", proof.table()
-  assert len(seen) == 3
+  assert len(seen) == 6
   return max(seen)
 
 
@@ -69,6 +74,19 @@ def test_initial_copies_planted_back_are_seen(monkeypatch):
   monkeypatch.setattr(lockstep, "skeleton",
                       lambda state: jax.tree.map(lambda x: x.copy(), state))
   assert _largest_census(monkeypatch) > MOST_SETS + 1
+
+
+def test_a_shared_state_kept_through_the_free_steps_is_seen(monkeypatch):
+  # The plant: the lockstep keeps a device copy of the truth's state
+  # through the free-running steps, as it did before issue 57.
+  before_step = lockstep.Lockstep.before_step
+
+  def keeping(self, t, host_batch):
+    before_step(self, t, host_batch)
+    self.kept = jax.tree.map(lambda x: x.copy(), self.reference.state)
+
+  monkeypatch.setattr(lockstep.Lockstep, "before_step", keeping)
+  assert _largest_census(monkeypatch) > MOST_SETS + 0.5
 
 
 def test_calibration_runs_are_asked_for_and_seen(monkeypatch):

@@ -85,8 +85,8 @@ class _Pair:
 class Lockstep:
   """The lockstep checks of one comparison, step by step.
 
-  Call `before_step(t)` before the runs take their free-running step t and
-  `after_step(t, host_batch)` after; `report()` at the end.
+  Call `before_step(t, host_batch)` before the runs take their free-running
+  step t and `after_step(t, host_batch)` after; `report()` at the end.
   """
 
   def __init__(self, runs, pairs, check_every: int, steps: int,
@@ -121,7 +121,7 @@ class Lockstep:
     # and those it took its extra step from it at (they must be the same).
     self.apart = {name: [] for name in self.runs}
     self.stepped = {name: [] for name in self.runs}
-    self._shared_state = None
+    self._calibration = None  # the truth's calibration step, host arrays
     # Each run's host state before the step: the shared state at step 1 is
     # the common initial state, which every run should hold bitwise.
     for run in self.runs.values():
@@ -141,14 +141,16 @@ class Lockstep:
   def _planned_checks(self) -> int:
     return sum(self.is_checked(t) for t in range(1, self.steps + 1))
 
-  def before_step(self, t: int) -> None:
-    """Keeps the reference's state before step t for the calibration step
-    (the compiled steps may donate their input)."""
+  def before_step(self, t: int, host_batch) -> None:
+    """Takes the truth's calibration step t now, from its own state on the
+    devices, before its free-running step may donate that state: no copy
+    of the state outlives the calibration step (issue 57)."""
     self._before = {name: run.host for name, run in self.runs.items()}
     self._shared = self.reference.host
     if self.is_checked(t):
-      self._shared_state = jax.tree.map(lambda x: x.copy(),
-                                        self.reference.state)
+      start = time.perf_counter()
+      self._calibration = self._calibration_step(t, host_batch)
+      self.seconds += time.perf_counter() - start
 
   def after_step(self, t: int, host_batch) -> None:
     """Tracks bitwise pairs; at a checked step, steps and compares."""
@@ -169,7 +171,8 @@ class Lockstep:
                for name, run in self.runs.items()}
     results = {name: state for name, (state, _) in stepped.items()}
     metrics = {name: m for name, (_, m) in stepped.items()}
-    calibration, calibration_metrics = self._calibration_step(t, host_batch)
+    calibration, calibration_metrics = self._calibration
+    self._calibration = None
     self.band_leaves.append(equivalence.update_errors(
         calibration, self.reference.host, self._shared))
     self.band.append(max(self.band_leaves[-1].values(), default=0.0))
@@ -191,7 +194,6 @@ class Lockstep:
     for run, errors in self.nudged_errors.items():
       errors.append(self._nudged_error(run, t, host_batch, results))
     self.checked.append(t)
-    self._shared_state = None
     self.seconds += time.perf_counter() - start
 
   def evaluate_shared(self, steps: int, evaluate) -> None:
@@ -256,9 +258,9 @@ class Lockstep:
     steps = []
     for i, ulps in enumerate(NUDGE_ULPS):
       batch = perturbations.nudged_by(host_batch, ulps, seed=(t, i))
-      # The truth's own state, as its calibration step takes it.
-      state = (jax.tree.map(lambda x: x.copy(), self._shared_state)
-               if run is self.reference else place(run, self._shared, t - 1))
+      # Every run, the truth too, from the shared state placed anew: its
+      # own device state is gone (donated) by now.
+      state = place(run, self._shared, t - 1)
       state, _ = run.step(state, run.module.put_batch(self.rows(run, batch),
                                                       run.placement))
       self.extra_steps += 1
@@ -273,9 +275,9 @@ class Lockstep:
     change = self.perturbation(t)
     batch = change.batch(host_batch, t - 1, global_devices(self.n_devices))
     reference = self.reference
-    # A copy: the step may donate it, and a nudged retake may need it.
+    # A copy: the step may donate it, and the truth's own step follows.
     state, metrics = reference.step(change.state(
-        jax.tree.map(lambda x: x.copy(), self._shared_state)),
+        jax.tree.map(lambda x: x.copy(), reference.state)),
                                     reference.module.put_batch(
                                         self.rows(reference, batch),
                                         reference.placement))

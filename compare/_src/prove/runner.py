@@ -240,7 +240,7 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
       order, total=config.steps, desc=strategy.name, file=sys.stderr,
       disable=not (progress and progress_lines.bar_shown()))):
     progress_lines.step(i + 1, config.steps)
-    checks.before_step(i + 1)
+    checks.before_step(i + 1, host_batch)
     for run in runs:
       try:
         finite = _step(run, host_batch, i, n_devices)
