@@ -101,7 +101,7 @@ def build_parser() -> options.Parser:
   add("--quiet", action="store_true",
       help="no progress lines on stderr (the report is still printed)")
   add("--windows", type=int, default=10,
-      help="timing windows per run (default %(default)s)")
+      help="timing windows per run, 0: not timed (default %(default)s)")
   add("--json", default=None, metavar="PATH",
       help="write the report here (atomically)")
   add("--plot", default=None, metavar="PATH",
@@ -152,10 +152,12 @@ def _check(args):
   elif args.strategy is None:
     args.strategy = options.DEFAULT_STRATEGY
   options.check_positive(args)
-  for flag, value in (("--windows", args.windows),
-                      ("--check-every", args.check_every)):
-    if value < 1:
-      raise UsageError(f"{flag} must be at least 1, got {value}")
+  if args.windows < 0:
+    raise UsageError(f"--windows must be 0 (not timed) or more, got "
+                     f"{args.windows}")
+  if args.check_every < 1:
+    raise UsageError(f"--check-every must be at least 1, got "
+                     f"{args.check_every}")
   distributed.check(args)
   if args.sweep_devices and (distributed.is_launcher(args)
                              or distributed.is_worker(args)):

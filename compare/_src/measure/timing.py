@@ -84,6 +84,7 @@ def throughput(runs: Sequence[Timed], examples_per_step: int, windows: int = 20,
 
 
 def not_timed() -> dict:
-  """The throughput fields of a run that was not timed (it blew up)."""
+  """The throughput fields of a run that was not timed (it blew up, or
+  no timing windows were asked for)."""
   return {"examples_per_s": None, "examples_per_s_spread": [None, None],
           "steps_per_window": 0, "windows": 0, "window_examples_per_s": []}

@@ -119,7 +119,7 @@ def prove(port, *, steps: int | None = None, control=None,
     control: a negative control's name (e.g. `"update-1pct-at:20"`) to
       plant in the port's runs, so that the proof must fail.
     check_every: lockstep checks at step 1, every K-th step and the last.
-    windows: timing windows per run.
+    windows: timing windows per run (0: not timed, the proof alone).
     progress: a progress bar on stderr.
     one_device: prove a port whose mesh has one device (refused otherwise:
       its collectives are the identity there, so a wrong one passes).
@@ -167,7 +167,7 @@ def prove_strategy(strategy, config, data, n_devices: int, *, control=None,
     n_devices: devices per process.
     control: a negative control's name to plant in the port's runs.
     check_every: lockstep checks at step 1, every K-th step and the last.
-    windows: timing windows per run.
+    windows: timing windows per run (0: not timed, the proof alone).
     progress: a progress bar on stderr.
     switch_at: the port's runs restore pmap's checkpoint of this step.
 

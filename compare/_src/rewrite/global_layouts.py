@@ -58,6 +58,7 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
     self._active = set()  # the bindings whose layout is being read
     # A step's output read per device (`read_as_one`): (step, j) -> line.
     self.read_per_device = {}
+    self.reduced_reads = set()  # ids of `x[0]`'s x: a reduced output
 
   def _assigns(self, scope, name):
     """The scope whose binding of `name` a read in `scope` sees (its own,
@@ -200,6 +201,8 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
         # Given to a function, `.replace`d or returned, it is followed
         # (`global_calls.read_as_one`) to each read of where it goes.
         failing = next((r for r in reads if not self.read_as_one(r)), None)
+        if failing is not None and self._reduced_reads(a.kind[1:], reads):
+          failing = None
         kind = R if reads and failing is None else S
         if failing is not None:
           self.read_per_device[a.kind[1:]] = failing[2]
@@ -229,6 +232,23 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
         else:  # one output, kept whole
           outs = next(iter(kinds))
       step.outs = outs
+
+  def _reduced_reads(self, output, reads) -> bool:
+    """Whether `output` (step, j) is a value the step reduces over the
+    axis, read as one (`read_as_one`) or as `x[0]` alone: then it comes
+    out `P()` and each `x[0]` is recorded to become `x` (the same value:
+    every device holds it)."""
+    name, j = output
+    if j not in self.r.reduced.get(name, ()):
+      return False
+    indexed = [r for r in reads if not self.read_as_one(r)]
+    if not all(r[3] == {"index0"} and id(r[4]) in self.r.containers
+               and self.r.containers[id(r[4])][1] is r[4] for r in indexed):
+      return False
+    for read in indexed:
+      self.r.replace[id(self.r.containers[id(read[4])][0])] = read[4]
+      self.reduced_reads.add(id(read[4]))
+    return True
 
   def expression_kind(self, scope, node, line, depth=0):
     if is_replicate_call(node, self.r.known):
@@ -294,7 +314,8 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
              if any(a.kind in (R, B, "biter") or isinstance(a.kind, tuple)
                     for a in assigns)}
     for scope, name, line, hows, node in self.r.reads:
-      if name not in names or name in self.r.steps:
+      if name not in names or name in self.r.steps or (
+          id(node) in self.reduced_reads):
         continue
       kind = self.kind(scope, name, line, strict=False)
       # By keyword: `resolve_arguments` names the place.
@@ -358,16 +379,21 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
     return followed
 
 
-def read(wrapper, builds_pmap, is_pmap_decorator, declared=None):
+def read(wrapper, builds_pmap, is_pmap_decorator, declared=None,
+         reduced=None):
   """The layouts of a module's pmapped steps (`wrapper`: its
   `metadata.MetadataWrapper`). Returns `(steps, replace, known, blockers)`:
   `steps` by name, `known` the program's own idioms (`global_idioms.Known`),
   `replace` maps `id` of each `unreplicate(x)` or `jax.tree.map(lambda y:
   y[0], x)` of a replicated value to `x`.
   `declared`: the step the team's Port declares, which may be handed on as
-  a value (its callers pass the Port's layout)."""
+  a value (its callers pass the Port's layout).
+  `reduced`: by a pmap's line, the outputs its body reduces over the axis
+  (`global_written.reduced_outputs`)."""
   reader = global_reader.Reader(builds_pmap, is_pmap_decorator, declared)
   wrapper.visit(reader)
+  reader.reduced = {name: (reduced or {}).get(step.line, set())
+                    for name, step in reader.steps.items()}
   layouts = _Layouts(reader)
   layouts.follow_handed_steps()
   layouts.resolve_outputs()

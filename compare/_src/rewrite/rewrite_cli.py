@@ -27,7 +27,8 @@ from compare._src.rewrite import stacked_calls
 from compare._src.rewrite.rewrite_file import RewriteError
 
 EXIT_DONE, EXIT_PERSON, EXIT_USAGE, EXIT_CRASH = 0, 1, 2, 4
-_KIND = {"changed": "changed", "person": "NEEDS A PERSON", "kept": "kept"}
+_KIND = {"changed": "changed", "person": "NEEDS A PERSON", "kept": "kept",
+         "left": "left"}
 
 
 _EPILOG = """\

@@ -106,6 +106,22 @@ def with_imports(code: str, module: cst.Module, static: bool,
   return head + helpers + "".join(lines[last:])
 
 
+def with_mesh(code: str, module: cst.Module, block: str,
+              functools: bool) -> str:
+  """`code` with the imports the global step names and its module-level
+  mesh (`block`) after the file's imports."""
+  have = {cst.Module([]).code_for_node(s).strip() for s in module.body
+          if isinstance(s, cst.SimpleStatementLine)}
+  needed = [line for line in (("import functools",) if functools else ())
+            + ("import jax",) if line not in have]
+  lines = code.splitlines(keepends=True)
+  last = max((i + 1 for i, line in enumerate(lines) if line.startswith(
+      ("import ", "from ")) and not line.startswith("from __future__")),
+             default=0)
+  return ("".join(lines[:last]) + "".join(f"{line}\n" for line in needed)
+          + "\n" + block + "".join(lines[last:]))
+
+
 def rewrite_source(source: str, path: str = "<string>") -> Rewrite:
   """Rewrites every `jax.pmap` of one Python source.
 

@@ -34,6 +34,8 @@ from libcst import metadata
 from compare._src.rewrite import first_step_undone
 from compare._src.rewrite import global_idioms
 from compare._src.rewrite import global_layouts
+from compare._src.rewrite import global_tidy
+from compare._src.rewrite import global_written
 from compare._src.rewrite import rewrite_file
 from compare._src.rewrite import rewrite_pmap
 from compare._src.rewrite.global_layouts import B, R
@@ -85,6 +87,7 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
           "prefetch_to_device the second step knows (a key per device stays "
           "so; a state or batch stacked by hand is placed by hand: "
           "docs/MIGRATION.md#idiom-map)")))
+    self.kinds = kinds  # the written step's specs (`global_plain`)
     in_axes = tuple(None if k in (R, B, None) else 0 for k in kinds)
     in_code = "(" + ", ".join(
         "jax.P()" if k in (R, None) else f"jax.P({axis})" for k in kinds
@@ -101,21 +104,33 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
     else:
       out_axes = None if outs == R or out_axes is None else 0
       out_code = _spec(R if out_axes is None else B, axis)
+    self.outs = outs if isinstance(outs, list) else [
+        R if out_axes is None else global_layouts.S]
+    self.one_out = not isinstance(outs, list)
     return in_axes, out_axes, in_code, out_code
+
+  def _sharding(self, kind) -> str:
+    """The code of the named sharding a placement of `kind` names."""
+    return (f"jax.NamedSharding(_pmap_mesh({self._axis}), "
+            f"{_spec(kind, self._axis)})")
 
   def _placed(self, value, kind) -> cst.BaseExpression:
     # A batch is each process's own rows of the global batch; device_put
     # onto a sharding over every process's devices would take it as the
     # whole batch (and check that every process passed the same).
-    sharding = (f"jax.NamedSharding(_pmap_mesh({self._axis}), "
-                f"{_spec(kind, self._axis)})")
+    sharding = self._sharding(kind)
     code = global_idioms.code_of(value)
-    return cst.parse_expression(
-        f"jax.device_put({code}, {sharding})" if kind == R else
-        f"jax.make_array_from_process_local_data({sharding}, {code})")
+    width = 79 - self._column
+    return cst.parse_expression(global_written.wrapped(
+        "jax.device_put", [code, sharding], "    ", width) if kind == R else
+        global_written.wrapped("jax.make_array_from_process_local_data",
+                               [sharding, code], "    ", width))
 
   def leave_Call(self, original, updated):
     line = self._line(original)
+    # Where the call starts: a placement written there stays in 79 columns.
+    self._column = self.get_metadata(metadata.PositionProvider,
+                                     original).start.column
     name = rewrite_pmap.dotted(original.func)
     if global_idioms.is_replicate_call(original, self._known):
       self.findings.append(Finding(line, "changed", (
@@ -138,36 +153,50 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
       return self._inner(original)
     return super().leave_Call(original, updated)
 
+  def leave_Subscript(self, original, updated):
+    # `loss[0]` of a value the step reduced over the axis, now `P()`.
+    if id(original) in self._replace:
+      self.findings.append(Finding(self._line(original), "changed", (
+          f"{global_idioms.code_of(original)} of a value the step reduces "
+          "over the axis (one value now, P()) -> "
+          f"{global_idioms.code_of(self._replace[id(original)])}")))
+      return self._inner(original)
+    return updated
+
   def _prefetched(self, name, line, source):
     """`prefetch_to_device(source, n)` as a generator of global batches:
     `map(common_utils.shard, it)`'s `it` placed as it is; batches stacked
     elsewhere (flax imagenet's `prepare_tf_data`) unstacked first, their
     leading two axes merged, so each device holds pmap's rows."""
-    sharding = (f"jax.NamedSharding(_pmap_mesh({self._axis}), "
-                f"jax.P({self._axis}))")
+    sharding = self._sharding(B)
     if (isinstance(source, cst.Call) and rewrite_pmap.dotted(source.func)
         == "map" and len(source.args) == 2 and rewrite_pmap.dotted(
             source.args[0].value).endswith("common_utils.shard")):
       self.findings.append(Finding(line, "changed", (
           f"{name}(map(shard, ...)) -> each global batch placed with "
           f"NamedSharding(mesh, P({self._axis})) as it is read")))
-      return cst.parse_expression(
-          f"(jax.make_array_from_process_local_data({sharding}, _batch) "
-          "for _batch in "
-          f"{global_idioms.code_of(source.args[1].value)})")
+      return _generator(sharding, "_batch",
+                        global_idioms.code_of(source.args[1].value))
     self.findings.append(Finding(line, "changed", (
         f"{name}(...) of batches stacked [devices, b, ...] -> each batch "
         f"merged to [devices * b, ...] (the same rows on each device) and "
         f"placed with NamedSharding(mesh, P({self._axis})) as it is read")))
-    return cst.parse_expression(
-        f"(jax.make_array_from_process_local_data({sharding}, "
-        "jax.tree.map(lambda _x: np.reshape(_x, (-1,) + np.shape(_x)[2:]), "
-        "_batch)) for _batch in "
-        f"{global_idioms.code_of(source)})")
+    return _generator(sharding, "jax.tree.map(lambda _x: _x.reshape((-1,) + "
+                      "_x.shape[2:]), _batch)", global_idioms.code_of(source))
 
   def _inner(self, original):
     # The replaced node's inside, as rewritten (a read holds no pmap).
     return self._replace[id(original)].deep_clone()
+
+
+def _generator(sharding, batch, source) -> cst.BaseExpression:
+  """The global batches of `source`, each `batch` placed as it is read."""
+  head = "jax.make_array_from_process_local_data"
+  one = f"({head}({sharding}, {batch}) for _batch in {source})"
+  if len(one) <= 66:
+    return cst.parse_expression(one)
+  return cst.parse_expression("(\n    " + global_written.wrapped(
+      head, [sharding, batch], "        ", 72) + f"\n    for _batch in {source})")
 
 
 def _axis_of(module, aliases, line, path):
@@ -260,7 +289,8 @@ def rewrite_global_source(source: str, path: str = "<string>",
   wrapper = metadata.MetadataWrapper(module)
   steps, replace, known, found, shadowed, notes = global_layouts.read(
       wrapper, rewriter.builds_pmap, rewriter.is_pmap_decorator,
-      declared and declared.name)
+      declared and declared.name, global_written.reduced_by_line(
+          wrapper, first.ports))
   blockers += found
   blockers += [global_layouts.Blocker(p.line, (
       "pmap over given devices: the global step builds its mesh from "
@@ -307,6 +337,20 @@ def rewrite_global_source(source: str, path: str = "<string>",
     return rewrite_file.Rewrite(first.code, first.findings + tuple(
         Finding(b.line, "person", _place(b.text))
         for b in blockers), first.ports)
+  from compare._src.rewrite import global_plain  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  written = global_plain.write(wrapper, module, first, steps, replace, axis,
+                              known, declared, len(axes_finding), source,
+                              aliases)
+  if written is not None and not isinstance(written, str):
+    code, writer = written
+    return rewrite_file.Rewrite(code, tuple(sorted(
+        writer.findings + declared_findings + axes_finding + [
+            Finding(line, "changed", text) for line, text in notes]
+        + global_tidy.findings(source, code, writer.ports, wrapper),
+        key=lambda f: f.line)), tuple(writer.ports))
+  if isinstance(written, str):  # the helpers stay: why
+    declared_findings.append(Finding(min(p.line for p in first.ports),
+                                     "kept", written))
   writer = GlobalRewriter(aliases, steps, replace, axis, known,
                           declared and declared.name)
   new = wrapper.visit(writer)
