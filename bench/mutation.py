@@ -1,0 +1,277 @@
+"""The suite's strength, measured: mutation testing of the verdict and rewrite.
+
+    python -m bench.mutation [--modules verdicts,leaf_bands] [--max-mutants N]
+        [--seed 0] [--survivors DIR] [--json PATH]
+
+On mutmut (the `mutation` extra, pinned): each module below is mutated on
+its own, in a scratch copy of the working tree (`--workdir`; the checkout
+itself is never touched, others run code from it), and each mutant runs
+the fast tests that reach the function it changed (mutmut records which
+tests call which function in one run of the module's test files first).
+The module's test files are those that pin it in-process; the tests that
+start whole programs (a proof of a port, a rewritten program run) are
+deselected: one takes seconds to minutes and would not see the mutant in
+its child process anyway. They are named in `SLOW`, and printed.
+
+Prints, per module, the mutants killed (a test failed), timed out (counted
+as caught: the mutant hung a test), survived, reached by no fast test, and
+judged equivalent in `bench/mutation_triage.toml` (a survivor that can
+change no behaviour, with the reason), and the share caught of the rest.
+`--survivors DIR` writes each untriaged survivor's diff there. One module
+takes a few seconds to a few minutes on 2 cores; `--max-mutants N` runs a
+seeded sample of N per module instead, and the table says so.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TRIAGE = ROOT / "bench" / "mutation_triage.toml"
+PROVE, REWRITE = "compare/_src/prove", "compare/_src/rewrite"
+VERDICT_TESTS = ("tests/test_verdict_rules.py", "tests/test_equivalence.py")
+REWRITE_TESTS = (
+    "tests/test_rewrite_global.py", "tests/test_rewrite_global_places.py",
+    "tests/test_rewrite_global_elsewhere.py",
+    "tests/test_rewrite_global_factory.py",
+    "tests/test_rewrite_global_functions.py",
+    "tests/test_rewrite_global_handed.py", "tests/test_rewrite_global_wmt.py",
+    "tests/test_rewrite_global_declared.py",
+    "tests/test_rewrite_global_ours.py", "tests/test_rewrite_global_reads.py",
+    "tests/test_rewrite_imported_axis.py",
+    "tests/test_rewrite_removed_puts.py", "tests/test_mutation_survivors.py")
+# Short name -> (source file, the fast test files that pin it).
+MODULES = {
+    "verdicts": (f"{PROVE}/verdicts.py", VERDICT_TESTS),
+    "leaf_bands": (f"{PROVE}/leaf_bands.py", VERDICT_TESTS),
+    "lockstep": (f"{PROVE}/lockstep.py", VERDICT_TESTS),
+    "equivalence": (f"{PROVE}/equivalence.py", VERDICT_TESTS),
+    "global_scopes": (f"{REWRITE}/global_scopes.py", REWRITE_TESTS),
+    "global_reader": (f"{REWRITE}/global_reader.py", REWRITE_TESTS),
+    "global_calls": (f"{REWRITE}/global_calls.py", REWRITE_TESTS),
+    "rewrite_helpers": (f"{REWRITE}/rewrite_helpers.py", REWRITE_TESTS),
+    "stacked_calls": (f"{REWRITE}/stacked_calls.py", REWRITE_TESTS),
+}
+# The tests in those files that run whole programs: left out (see above).
+SLOW = ()
+# The tree a mutant's tests import besides `compare` (mutmut's also_copy).
+ALSO_COPY = ("shardport", "legacy_pmap", "sharded", "examples", "docs",
+             "bench", "tests")
+# mutmut's status words, as `mutmut results --all true` prints them.
+MUTMUT = str(pathlib.Path(sys.executable).parent / "mutmut")
+CAUGHT = {"killed": "killed", "timeout": "timeout", "segfault": "killed"}
+
+
+def _tracked_files() -> list[str]:
+  """The working tree's files git knows of or would add (not ignored)."""
+  out = subprocess.run(
+      ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+      cwd=ROOT, check=True, capture_output=True).stdout.decode()
+  return [p for p in out.split("\0") if p and (ROOT / p).is_file()]
+
+
+def _scratch(workdir: pathlib.Path, path: str, tests) -> pathlib.Path:
+  """A fresh copy of the working tree set up to mutate `path` alone."""
+  if workdir.exists():
+    shutil.rmtree(workdir)
+  for name in _tracked_files():
+    (workdir / name).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(ROOT / name, workdir / name)
+  deselect = [a for test in SLOW if test.split("::")[0] in tests
+              for a in ("--deselect", test)]
+  config = {
+      "source_paths": ["compare"], "only_mutate": [path],
+      "pytest_add_cli_args_test_selection": [*tests, *deselect],
+      # One process: the machine has 2 cores and others work on it.
+      "pytest_add_cli_args": ["-n", "0", "-p", "no:cacheprovider"],
+      "also_copy": list(ALSO_COPY)}
+  lines = ["", "[tool.mutmut]"] + [
+      f"{key} = {json.dumps(value)}" for key, value in config.items()]
+  with open(workdir / "pyproject.toml", "a", encoding="utf-8") as f:
+    f.write("\n".join(lines) + "\n")
+  return workdir
+
+
+def mutants_of(path: str) -> dict:
+  """`{mutant name: diff}` of every mutant mutmut makes of `path`.
+
+  Run where a pyproject.toml has a `[tool.mutmut]` table (mutmut reads its
+  configuration from the working directory)."""
+  # pylint: disable=g-import-not-at-top
+  from mutmut.mutation.diff_apply import get_diff_for_mutant
+  from mutmut.mutation.file_mutation import mutate_file_contents
+  from mutmut.utils.format_utils import get_mutant_name
+  mutated = mutate_file_contents(path, pathlib.Path(path).read_text())
+  names = [get_mutant_name(pathlib.Path(path), n)
+           for n in mutated.mutant_names]
+  return {n: get_diff_for_mutant(n, source=mutated.code, path=path)
+          for n in names}
+
+
+def _mutants_in(cwd, path: str) -> dict:
+  """`mutants_of(path)` in a process of its own, run in `cwd`."""
+  done = subprocess.run(
+      [sys.executable, "-m", "bench.mutation", "--mutants-of", path],
+      cwd=cwd, check=True, capture_output=True, text=True,
+      env={**os.environ, "PYTHONPATH": str(ROOT)})
+  return json.loads(done.stdout)
+
+
+def changed_line(diff: str) -> str:
+  """The mutant's own line, as the triage file records it: the first line
+  the mutant adds, stripped (`""` where it only removes)."""
+  for line in diff.splitlines():
+    if line.startswith("+") and not line.startswith("+++"):
+      return line[1:].strip()
+  return ""
+
+
+def load_triage(path=TRIAGE) -> dict:
+  """`{mutant name: entry}` of the triage file's `[[mutant]]` entries."""
+  with open(path, "rb") as f:
+    return {entry["name"]: entry for entry in tomllib.load(f).get("mutant", [])}
+
+
+def run_module(short: str, args, triage: dict) -> dict:
+  """Mutates one module in its scratch copy; its row of the table."""
+  path, tests = MODULES[short]
+  scratch = _scratch(pathlib.Path(args.workdir) / short, path, tests)
+  diffs = _mutants_in(scratch, path)
+  names = sorted(diffs)
+  sampled = args.max_mutants and len(names) > args.max_mutants
+  if sampled:
+    names = sorted(random.Random(args.seed).sample(names, args.max_mutants))
+  start = time.monotonic()
+  with open(scratch / "mutmut.log", "w", encoding="utf-8") as log:
+    subprocess.run(
+        [MUTMUT, "run", "--max-children", "1", *(names if sampled else [])],
+        cwd=scratch, stdout=log, stderr=subprocess.STDOUT, check=False,
+        timeout=args.module_timeout)
+  seconds = time.monotonic() - start
+  listed = subprocess.run([MUTMUT, "results", "--all", "true"],
+                          cwd=scratch, capture_output=True, text=True,
+                          check=True).stdout
+  status = {}
+  for line in listed.splitlines():
+    name, _, word = line.strip().partition(": ")
+    if name in names:
+      status[name] = word
+  row = {"module": short, "path": path, "mutants": len(names),
+         "of": len(diffs), "sampled": bool(sampled), "seconds": seconds,
+         "killed": 0, "timeout": 0, "survived": 0, "no_tests": 0,
+         "equivalent": 0, "unchecked": 0, "survivors": {}, "stale": []}
+  for name in names:
+    word = status.get(name, "not checked")
+    entry = triage.get(name)
+    if word in CAUGHT:
+      row[CAUGHT[word]] += 1
+      continue
+    if word not in ("survived", "no tests"):
+      row["unchecked"] += 1  # skipped, suspicious, not checked
+      continue
+    if entry and "equivalent" in entry and (
+        entry.get("line") == changed_line(diffs[name])):
+      row["equivalent"] += 1
+      continue
+    if entry and "killed_by" in entry:
+      row["stale"].append(name)  # triaged as killed, yet it survives
+    row["no_tests" if word == "no tests" else "survived"] += 1
+    row["survivors"][name] = diffs[name]
+  judged = row["mutants"] - row["equivalent"]
+  row["caught_pct"] = (100.0 * (row["killed"] + row["timeout"]) / judged
+                       if judged else 100.0)
+  return row
+
+
+def _print_row(row):
+  how = f"{row['mutants']} of {row['of']}, seeded sample" if row["sampled"] \
+      else f"all {row['mutants']}"
+  print(f"{row['module']:<16} {row['killed']:>6} {row['timeout']:>7} "
+        f"{row['survived']:>8} {row['no_tests']:>8} {row['equivalent']:>10} "
+        f"{row['caught_pct']:>7.1f}% {row['seconds']:>6.0f}s  {how}",
+        flush=True)
+  for name in row["stale"]:
+    print(f"  triaged as killed, yet survives: {name}")
+
+
+def check_triage(triage: dict) -> list[str]:
+  """The triage entries that name no mutant of today's source, or whose
+  recorded line is not that mutant's (the source moved under it)."""
+  problems, by_module = [], {}
+  for name, entry in triage.items():
+    by_module.setdefault(name.split(".")[3], []).append(name)
+    if ("equivalent" in entry) == ("killed_by" in entry):
+      problems.append(f"{name}: needs one of `equivalent`, `killed_by`")
+  with tempfile.TemporaryDirectory() as tmp:
+    for short, names in by_module.items():
+      path = MODULES[short][0]
+      (pathlib.Path(tmp) / path).parent.mkdir(parents=True, exist_ok=True)
+      shutil.copy(ROOT / path, pathlib.Path(tmp) / path)
+      (pathlib.Path(tmp) / "pyproject.toml").write_text(
+          '[tool.mutmut]\nsource_paths = ["compare"]\n')
+      diffs = _mutants_in(tmp, path)
+      for name in names:
+        if name not in diffs:
+          problems.append(f"{name}: no such mutant of {path}")
+        elif triage[name]["line"] != changed_line(diffs[name]):
+          problems.append(f"{name}: its line is now "
+                          f"{changed_line(diffs[name])!r}")
+  return problems
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--modules", default=",".join(MODULES),
+                      help="comma-separated short names (default: all)")
+  parser.add_argument("--max-mutants", type=int, default=0,
+                      help="a seeded sample of N mutants per module")
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--survivors", help="write survivors' diffs here")
+  parser.add_argument("--json", help="also write the rows here")
+  parser.add_argument("--workdir", default=str(
+      pathlib.Path(tempfile.gettempdir()) / "shardport-mutation"),
+                      help="scratch copies of the tree, one per module")
+  parser.add_argument("--module-timeout", type=float, default=3600,
+                      help="seconds one module's mutmut run may take")
+  parser.add_argument("--check-triage", action="store_true",
+                      help="only check the triage file names real mutants")
+  parser.add_argument("--mutants-of", help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.mutants_of:
+    print(json.dumps(mutants_of(args.mutants_of)))
+    return 0
+  triage = load_triage()
+  if args.check_triage:
+    problems = check_triage(triage)
+    print("\n".join(problems) or f"{len(triage)} triage entries, all real")
+    return 1 if problems else 0
+  shorts = [s for s in args.modules.split(",") if s]
+  print(f"left out (they run whole programs): {', '.join(SLOW) or 'none'}")
+  print(f"{'module':<16} {'killed':>6} {'timeout':>7} {'survived':>8} "
+        f"{'no tests':>8} {'equivalent':>10} {'caught':>8} {'time':>7}  "
+        "mutants")
+  rows = []
+  for short in shorts:
+    row = run_module(short, args, triage)
+    rows.append(row)
+    _print_row(row)
+    if args.survivors:
+      out = pathlib.Path(args.survivors) / short
+      out.mkdir(parents=True, exist_ok=True)
+      for name, diff in row["survivors"].items():
+        (out / f"{name.rsplit('.', 1)[-1]}.diff").write_text(diff + "\n")
+  if args.json:
+    pathlib.Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
