@@ -37,7 +37,8 @@ import tomllib
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TRIAGE = ROOT / "bench" / "mutation_triage.toml"
 PROVE, REWRITE = "compare/_src/prove", "compare/_src/rewrite"
-VERDICT_TESTS = ("tests/test_verdict_rules.py", "tests/test_equivalence.py")
+VERDICT_TESTS = ("tests/test_verdict_rules.py", "tests/test_equivalence.py",
+                 "tests/test_mutation_survivors.py")
 REWRITE_TESTS = (
     "tests/test_rewrite_global.py", "tests/test_rewrite_global_places.py",
     "tests/test_rewrite_global_elsewhere.py",
@@ -106,14 +107,24 @@ def mutants_of(path: str) -> dict:
   Run where a pyproject.toml has a `[tool.mutmut]` table (mutmut reads its
   configuration from the working directory)."""
   # pylint: disable=g-import-not-at-top
-  from mutmut.mutation.diff_apply import get_diff_for_mutant
+  import difflib
+  import libcst as cst
+  from mutmut.mutation import diff_apply
   from mutmut.mutation.file_mutation import mutate_file_contents
   from mutmut.utils.format_utils import get_mutant_name
   mutated = mutate_file_contents(path, pathlib.Path(path).read_text())
-  names = [get_mutant_name(pathlib.Path(path), n)
-           for n in mutated.mutant_names]
-  return {n: get_diff_for_mutant(n, source=mutated.code, path=path)
-          for n in names}
+  # One parse of the file of all mutants (mutmut's own `show` parses it
+  # again for each mutant: minutes for a module of 400 lines).
+  module = cst.parse_module(mutated.code)
+  diffs = {}
+  for short in mutated.mutant_names:
+    name = get_mutant_name(pathlib.Path(path), short)
+    old, new = (cst.Module([f(module, name)]).code.strip().split("\n")
+                for f in (diff_apply.read_original_function,
+                          diff_apply.read_mutant_function))
+    diffs[name] = "\n".join(difflib.unified_diff(
+        old, new, fromfile=path, tofile=path, lineterm=""))
+  return diffs
 
 
 def _mutants_in(cwd, path: str) -> dict:

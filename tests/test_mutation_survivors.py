@@ -1,0 +1,68 @@
+"""Behaviours that mutation testing (`python -m bench.mutation`) found no
+test pinning: each test names the behaviour; bench/mutation_triage.toml
+names the mutant it kills."""
+
+import pytest
+
+from compare._src.prove import leaf_bands
+
+
+# leaf_bands: a leaf's band and a step's score (bench/mutation_triage.toml).
+
+
+def test_a_leaf_a_calibration_step_left_bitwise_counts_as_zero_in_its_band():
+  seen = {}
+
+  def band_of(errors):
+    seen["w"] = errors
+    return max(errors), []
+
+  leaf_bands.bands([{"w": 1e-4}, {}], band_of, 1e-6)
+  assert seen["w"] == [1e-4, 0.0]
+
+
+def test_each_leafs_rounding_flips_are_kept_under_flips_by_step_index():
+  judged = leaf_bands.bands([{"w": 1e-4}, {"w": 2e-4}],
+                            lambda errors: (max(errors), [1]), 1e-6)
+  assert judged["flips"] == {"w": [1]}
+  clean = leaf_bands.bands([{"w": 1e-4}], lambda e: (max(e), []), 1e-6)
+  assert clean["flips"] == {}
+
+
+def test_a_step_not_taken_scores_none_at_no_leaf():
+  judged = leaf_bands.bands([{"w": 1e-4}], lambda e: (max(e), []), 1e-6)
+  assert leaf_bands.score(None, judged) == (None, "")
+
+
+def test_a_step_with_no_errors_scores_zero_at_no_leaf():
+  judged = leaf_bands.bands([{"w": 1e-4}], lambda e: (max(e), []), 1e-6)
+  assert leaf_bands.score({}, judged) == (0.0, "")
+
+
+def test_the_score_names_the_worst_leaf_and_the_first_of_equals():
+  judged = leaf_bands.bands([{"a": 1e-4, "b": 1e-4}],
+                            lambda e: (max(e), []), 1e-6)
+  assert leaf_bands.score({"a": 2e-4, "b": 5e-5}, judged) == (
+      pytest.approx(2.0), "a")
+  assert leaf_bands.score({"a": 5e-5, "b": 2e-4}, judged) == (
+      pytest.approx(2.0), "b")
+  assert leaf_bands.score({"a": 1e-4, "b": 1e-4}, judged)[1] == "a"
+  assert leaf_bands.score({"a": 0.0, "b": 0.0}, judged) == (0.0, "a")
+
+
+def test_bands_while_the_run_goes_on_are_each_leafs_median_so_far():
+  floor = 1e-6
+  assert leaf_bands.so_far([], floor) == {
+      "bands": {}, "unjudged": {}, "band": floor, "floor": floor,
+      "flips": {}}
+  so_far = leaf_bands.so_far(
+      [{"w": 1e-4, "b": 1e-5}, {"w": 3e-4}, {"w": 2e-4, "b": 1e-5}], floor)
+  # b's median counts the step that left it bitwise as 0: 1e-5, not its
+  # mean; the sibling floor (0.3 of w's 2e-4) lifts it to 6e-5.
+  assert so_far["band"] == pytest.approx(2e-4)
+  assert so_far["bands"] == {"w": pytest.approx(2e-4),
+                             "b": pytest.approx(6e-5)}
+  assert so_far["floor"] == pytest.approx(6e-5)
+  assert so_far["unjudged"] == {} and so_far["flips"] == {}
+  loud = leaf_bands.so_far([{"w": 1e-4, "n": 1.0}], floor)
+  assert loud["unjudged"] == {"n": 1.0} and "n" not in loud["bands"]
