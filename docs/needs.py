@@ -15,8 +15,9 @@ others. The functions after the regions run them on the same numbers for
 `tests/test_needs.py`; they need 8 devices (`python -m docs.needs` emulates
 them on CPU).
 """
-# Each region imports what it uses, so that it can be copied alone, and
-# keeps one blank line between definitions: the guide prints it.
+# The regions' imports are the guide's page import block
+# (docs/page_imports.py), stated once above them; each region keeps one
+# blank line between definitions: the guide prints it.
 # pylint: disable=reimported,g-import-not-at-top,wrong-import-position
 # pylint: disable=ungrouped-imports,g-bad-import-order
 
@@ -27,12 +28,12 @@ if __name__ == "__main__":
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_force_host_platform_device_count=8")
 
-
-# region: batchnorm-axis-name
 import flax.linen as nn
 import jax
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
+
+# region: batchnorm-axis-name
 def forward(variables, x, axis_name):  # pmap's axis; in a port, the mesh's
   bn = nn.BatchNorm(use_running_average=False, axis_name=axis_name)
   y, new = bn.apply(variables, x, mutable=["batch_stats"])
@@ -48,10 +49,6 @@ def batchnorms(mesh):  # x: [N, b, d] under pmap, [N * b, d] in the port
 
 
 # region: dropout-keys
-import flax.linen as nn
-import jax
-from jax.sharding import PartitionSpec as P
-
 def dropped(k, x, axis):  # the same key on every device: fold in its index
   k = jax.random.fold_in(k, jax.lax.axis_index(axis))  # else: one mask
   return nn.Dropout(0.5, deterministic=False).apply({}, x, rngs={"dropout": k})
@@ -67,9 +64,6 @@ def dropouts(mesh):  # x: [N, b, d] under pmap, [N * b, d] in the port
 
 
 # region: prefetch
-import jax
-from jax.sharding import NamedSharding, PartitionSpec as P
-
 def prefetch(batches, mesh, depth=2):  # replaces prefetch_to_device, shard
   sharding = NamedSharding(mesh, P("data"))  # each batch keeps its shape
   put = lambda x: jax.make_array_from_process_local_data(sharding, x)

@@ -10,8 +10,9 @@
 The functions after the regions run them for `tests/test_needs.py`; they
 need 8 devices (`python -m docs.needs_placement` emulates them on CPU).
 """
-# Each region imports what it uses, so that it can be copied alone, and
-# keeps one blank line between definitions: the guide prints it.
+# The regions' imports are the guide's page import block
+# (docs/page_imports.py), stated once above them; each region keeps one
+# blank line between definitions: the guide prints it.
 # pylint: disable=reimported,g-import-not-at-top,wrong-import-position
 # pylint: disable=ungrouped-imports,g-bad-import-order
 
@@ -22,11 +23,12 @@ if __name__ == "__main__":
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_force_host_platform_device_count=8")
 
-
-# region: reshard
+import flax.jax_utils
 import jax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
+
+# region: reshard
 def doubled(axis_type):  # takes x placed otherwise, e.g. replicated: P()
   mesh = jax.make_mesh((8,), ("data",), axis_types=(axis_type,))
   wanted = NamedSharding(mesh, P("data"))  # outside jit: jax.device_put
@@ -40,9 +42,6 @@ def doubled(axis_type):  # takes x placed otherwise, e.g. replicated: P()
 
 
 # region: build-once
-import jax
-from jax.sharding import PartitionSpec as P
-
 def port_steps(x, mesh, steps):  # jax.log_compiles() prints each compile
   step = jax.jit(jax.shard_map(  # once, outside the loop, not in it
       lambda b: b - jax.lax.pmean(b, "data"), mesh=mesh,
@@ -54,9 +53,6 @@ def port_steps(x, mesh, steps):  # jax.log_compiles() prints each compile
 
 
 # region: build-once-pmap
-import flax.jax_utils
-import jax
-
 def pmap_steps(w, steps, axis_name="batch"):  # replicate's default: 2 compiles
   step = jax.pmap(lambda v: v + 1, axis_name="batch")
   w = flax.jax_utils.replicate(w, axis_name=axis_name)  # pmap's axis name

@@ -12,8 +12,9 @@
 The functions after the regions run them for `tests/test_needs.py`; they
 need 8 devices (`python -m docs.needs_runtime` emulates them on CPU).
 """
-# Each region imports what it uses, so that it can be copied alone, and
-# keeps one blank line between definitions: the guide prints it.
+# The regions' imports are the guide's page import block
+# (docs/page_imports.py), stated once above them; each region keeps one
+# blank line between definitions: the guide prints it.
 # pylint: disable=reimported,g-import-not-at-top,wrong-import-position
 # pylint: disable=ungrouped-imports,g-bad-import-order
 
@@ -24,12 +25,15 @@ if __name__ == "__main__":
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_force_host_platform_device_count=8")
 
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, PartitionSpec as P
+
 
 # region: cheap-fetch
-import jax
-import numpy as np
-from jax.sharding import PartitionSpec as P
-
 def pmap_fetch(x):  # x: [N, b, d]; the output: a copy per device, [N, d]
   out = jax.pmap(lambda b: jax.lax.psum(b.sum(0), "batch"), "batch")(x)
   # device_get(out) copies all N; out[0] runs an all-reduce; out_axes=None
@@ -44,10 +48,6 @@ def port_fetch(x, mesh):  # x: [N * b, d]; out_specs=P(): one value, and
 
 
 # region: scan-carry-vma
-import jax
-import jax.numpy as jnp
-from jax.sharding import PartitionSpec as P
-
 def per_device_sums(mesh):  # x: [N * b], split P("data"); check_vma=True
   def running_sum(block):
     # jnp.zeros(()) alone is a TypeError; or init = jnp.zeros_like(block[0])
@@ -60,9 +60,6 @@ def per_device_sums(mesh):  # x: [N * b], split P("data"); check_vma=True
 
 
 # region: nested-pmap
-import jax
-from jax.sharding import AxisType, PartitionSpec as P
-
 def member_mean(b):  # was pmap(pmap(member_mean, "data"), "members")
   return jax.lax.pmean(b.mean(0), "data")[None]  # over "data" only
 
@@ -84,14 +81,13 @@ def ports(members, shards):  # x: [members * shards * b, d]
 
 
 # region: escape-hatch
-import logging
-
-from legacy_pmap import devices
-
 def check_pmap_runtime():  # at start-up: "original" or "shard_map"
-  if warning := devices.pmap_runtime_warning():  # JAX_PMAP_SHMAP_MERGE=0
-    logging.warning(warning)  # set, and ignored (jax 0.10 has no switch)
-  return devices.pmap_runtime()
+  if ("JAX_PMAP_SHMAP_MERGE" in os.environ  # set, and ignored: jax 0.10
+      and "jax_pmap_shmap_merge" not in jax.config.values):  # has no switch
+    logging.warning("JAX_PMAP_SHMAP_MERGE is ignored: pmap runs on shard_map")
+  out = jax.pmap(lambda x: x, devices=jax.local_devices()[:1])(np.zeros(1))
+  original = type(out.sharding).__name__ == "PmapSharding"  # jax <= 0.9
+  return "original" if original else "shard_map"
 # endregion
 
 

@@ -93,9 +93,8 @@ def gradient_trap() -> Outcome:
 
 def explicit_mesh_trap() -> Outcome:
   """What a mesh from `jax.make_mesh` (Explicit axes) refuses."""
-  host = np.arange(16, dtype=np.float32)
-  wrong, right = {}, {}
   # region: trap-explicit-mesh
+  host, wrong, right = np.arange(16, dtype=np.float32), {}, {}
   mesh = jax.make_mesh((N,), ("data",))  # axis_types default: Explicit
   double = jax.shard_map(lambda a: 2 * a, mesh=mesh, in_specs=P("data"),
                          out_specs=P("data"))
@@ -124,14 +123,15 @@ def explicit_mesh_trap() -> Outcome:
 def unreplicate_trap() -> Outcome:
   """`x[0]` on pmap outputs is a collective; on the port it is a wrong row."""
   devices = jax.local_devices()[:N]
-  host = np.arange(12, dtype=np.float32).reshape(4, 3)
   # region: trap-unreplicate
+  host = np.arange(12, dtype=np.float32).reshape(4, 3)  # the parameter
   # legacy: outputs carry a device axis [N, 4, 3]
-  stacked = jax.pmap(lambda w: w * 1)(flax.jax_utils.replicate(host, devices))
+  stacked = jax.pmap(lambda w: w * 1)(flax.jax_utils.replicate(host))
   first = stacked[0]  # a compiled all-reduce; the result lives on all N devices
   one = flax.jax_utils.unreplicate(stacked)  # flax 0.12.8: shard 0, no collective
   # port: the replicated state has no device axis [4, 3]
-  state = jax.device_put(host, NamedSharding(auto_mesh(), P()))
+  mesh = jax.make_mesh((N,), ("data",), axis_types=(AxisType.Auto,))
+  state = jax.device_put(host, NamedSharding(mesh, P()))
   habit = state[0]  # silently the first ROW of the parameter
   fetched = jax.device_get(state)  # right: nothing to unreplicate
   # endregion
@@ -155,9 +155,8 @@ def unreplicate_trap() -> Outcome:
 
 def pmap_metrics_trap() -> Outcome:
   """Reducing pmap outputs again outside jit: N-fold counts, other roundings."""
-  batch = np.random.default_rng(1).random((64, 3), dtype=np.float32)
-  split = batch.reshape(N, -1, 3)
   # region: trap-pmap-metrics
+  split = np.random.default_rng(1).random((N, 8, 3), dtype=np.float32)
   def metric_sums(b):
     return lax.psum({"loss_sum": jnp.sum(b ** 0.5), "count": b.shape[0]}, "d")
 
@@ -169,7 +168,7 @@ def pmap_metrics_trap() -> Outcome:
   on_devices, on_host = jnp.mean(per_device), np.mean(np.asarray(per_device))
   # endregion
   return Outcome(
-      wrong=int(wrong), right=int(right), expected=len(batch),
+      wrong=int(wrong), right=int(right), expected=N * 8,
       facts={"eager sum all-reduces": collectives(jax.jit(jnp.sum),
                                                   out["count"])["all-reduce"],
              "eager sum devices": len(wrong.sharding.device_set),

@@ -51,7 +51,7 @@ def test_every_region_the_templates_name_exists():
   refs = [ref for template in TEMPLATES
           for line in guide.template_text(ROOT, template).splitlines()
           if (m := guide._DIRECTIVE.match(line)) and m.group(1) in (  # pylint: disable=protected-access
-              "code", "diff")
+              "code", "excerpt", "diff")
           for ref in m.group(2).split()]
   assert any("#quick-after" in ref for ref in refs)
   for ref in refs:

@@ -244,7 +244,7 @@ def test_every_code_block_of_the_core_is_code_ci_runs():
   assert "```" not in text
   refs = [m.group(2).split()[0] for line in text.splitlines()
           if (m := guide._DIRECTIVE.match(line))  # pylint: disable=protected-access
-          and m.group(1) in ("code", "diff")]
+          and m.group(1) in ("code", "excerpt", "diff")]
   assert len(refs) > 20
   suite = "\n".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py"))
   for ref in refs:

@@ -28,7 +28,7 @@ def contents(text):
 
 # A comment that starts a line and is not a directive: a note for whoever
 # opens the file.
-_NOTE = re.compile(r"<!--(?!\s*(?:(?:code|diff|table|link-if-exists|part)"
+_NOTE = re.compile(r"<!--(?!\s*(?:(?:code|excerpt|diff|table|link-if-exists|part)"
                    r"\s*:|(?:programs|figures|toc)\s*-->))")
 
 

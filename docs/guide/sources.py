@@ -100,10 +100,16 @@ def source(root, ref):
   return text, f"[{label}](../{path})"
 
 
-def code(root, ref):
-  """`<!-- code: REF -->`: the source as a python block under its link."""
+def code(root, ref, excerpt=False):
+  """`<!-- code: REF -->`: the source as a python block under its link.
+
+  `<!-- excerpt: REF -->` (`excerpt`): the link line says the block runs in
+  its file only; every other block runs pasted after its page's imports
+  (`tests/test_snippets.py`).
+  """
   text, link = source(root, ref)
-  return f"{link}:\n\n```python\n{text}\n```"
+  note = ", an excerpt (it runs in its file)" if excerpt else ""
+  return f"{link}{note}:\n\n```python\n{text}\n```"
 
 
 def diff(root, args):

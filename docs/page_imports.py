@@ -1,0 +1,43 @@
+"""The import block each page of the guide states once, as tagged regions.
+
+Every python block on a page runs pasted into an empty file after its
+page's block (`tests/test_snippets.py` runs them all), on 8 devices: on CPU
+the block's `XLA_FLAGS` emulates them. Nothing imports this file;
+`python docs/page_imports.py` runs every block at once.
+"""
+# Each block is a page's, read alone: the second imports the first's again.
+# pylint: disable=reimported,wrong-import-position,ungrouped-imports
+# pylint: disable=g-bad-import-order,unused-import
+
+# region: migration-imports
+import logging
+import os  # XLA_FLAGS below: 8 emulated CPU devices, set before jax starts
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import flax.jax_utils
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+N = jax.device_count()  # the devices the snippets spread over
+# endregion
+
+
+# region: more-idioms-imports
+import functools
+import os  # XLA_FLAGS below: 8 emulated CPU devices, set before jax starts
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import equinox as eqx  # the test extras install it (pyproject.toml)
+import flax.jax_utils
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+N = jax.device_count()  # the devices the snippets spread over
+# endregion
