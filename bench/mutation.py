@@ -38,7 +38,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 TRIAGE = ROOT / "bench" / "mutation_triage.toml"
 PROVE, REWRITE = "compare/_src/prove", "compare/_src/rewrite"
 VERDICT_TESTS = ("tests/test_verdict_rules.py", "tests/test_equivalence.py",
-                 "tests/test_mutation_survivors.py")
+                 "tests/test_mutation_survivors.py", "tests/test_verdict_words.py")
 REWRITE_TESTS = (
     "tests/test_rewrite_global.py", "tests/test_rewrite_global_places.py",
     "tests/test_rewrite_global_elsewhere.py",

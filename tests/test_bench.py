@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -42,3 +44,21 @@ def test_the_grids_late_controls_lie_inside_each_strategys_default_steps(
              for f in late]
     assert steps and max(steps) == default and min(steps) == 1, name
     assert all(int(f[f.index("--steps") + 1]) <= default for f in late)
+
+
+def test_the_mutation_bench_says_how_to_run_it_within_100_columns():
+  done = subprocess.run([sys.executable, "-m", "bench.mutation", "--help"],
+                        cwd=ROOT, text=True, capture_output=True, check=True)
+  assert "--max-mutants" in done.stdout and "--survivors" in done.stdout
+  assert max(len(line) for line in done.stdout.splitlines()) <= 100
+
+
+def test_each_triaged_survivor_names_a_mutant_of_todays_source():
+  # An entry whose mutant the source no longer makes (its line moved) would
+  # excuse some other mutant, or none: `--check-triage` regenerates the
+  # triaged modules' mutants (mutmut, the `mutation` extra) and compares.
+  pytest.importorskip("mutmut")
+  done = subprocess.run(
+      [sys.executable, "-m", "bench.mutation", "--check-triage"], cwd=ROOT,
+      text=True, capture_output=True, check=False)
+  assert done.returncode == 0, done.stdout + done.stderr[-2000:]
