@@ -1,3 +1,84 @@
 """The rewrite's behaviours that mutation testing (`python -m
 bench.mutation`) found no fast test pinning; bench/mutation_triage.toml
 names the mutant each test kills."""
+
+import libcst as cst
+from libcst import metadata
+
+from compare._src.rewrite import global_scopes
+from compare._src.rewrite.global_layouts_types import S
+
+
+class _Owns(global_scopes.Scopes):
+  """Scopes that records, at each name read, the names the enclosing
+  lambdas and comprehensions bind for themselves."""
+
+  def __init__(self):
+    super().__init__()
+    self.owned = {}
+
+  def visit_Name(self, node):
+    self.owned.setdefault(node.value, []).append(
+        set().union(*self._own) if self._own else set())
+
+
+def _scopes(source, cls=global_scopes.Scopes):
+  scopes = cls()
+  metadata.MetadataWrapper(cst.parse_module(source)).visit(scopes)
+  return scopes
+
+
+TRY = """\
+try:
+  a = 1
+except ValueError:
+  b = 2
+except KeyError:
+  c = 3
+else:
+  d = 4
+finally:
+  e = 5
+"""
+
+
+def test_each_block_of_a_try_may_not_run_but_its_finally():
+  # Lines 2, 4, 6 and 8: the body, both handlers and the else; `finally`
+  # always runs, so it is no such block.
+  assert _scopes(TRY).suites == {"<module>": [(2, 2), (4, 4), (6, 6),
+                                              (8, 8)]}
+  assert _scopes("try:\n  a = 1\nexcept E:\n  b = 2\n").suites == {
+      "<module>": [(2, 2), (4, 4)]}
+
+
+def test_an_if_and_its_else_may_not_run_and_an_elif_is_an_if_of_its_own():
+  source = ("if x:\n  a = 1\nelif y:\n  a = 2\n  a = 3\nelse:\n  a = 4\n"
+            "while z:\n  w = 1\n")
+  scopes = _scopes(source)
+  assert sorted(scopes.suites["<module>"]) == [(2, 2), (4, 5), (7, 7)]
+  assert scopes.loops == {"<module>": [(8, 9)]}
+
+
+def test_an_import_binds_a_host_value_under_its_own_or_its_as_name():
+  scopes = _scopes("import numpy as np\nfrom jax import lax, tree as t\n"
+                   "import os.path\nfrom m import *\nimport json\n")
+  assert scopes.assigns == {
+      ("<module>", "np"): [global_scopes.Assign(1, 1, S)],
+      ("<module>", "lax"): [global_scopes.Assign(2, 2, S)],
+      ("<module>", "t"): [global_scopes.Assign(2, 2, S)],
+      ("<module>", "json"): [global_scopes.Assign(5, 5, S)]}
+
+
+def test_a_lambdas_parameters_and_a_comprehensions_targets_are_its_own():
+  source = ("f = lambda w, *, k, p=1: w\n"
+            "g = lambda q, /: q\n"
+            "[i + j for i, (j, *r) in x for [m] in y]\n"
+            "{u for u in x}\n{v: 1 for v in x}\n(s for s in x)\n"
+            "after\n")
+  owned = _scopes(source, _Owns).owned
+  assert owned["w"][-1] == {"w", "k", "p"}
+  assert owned["q"][-1] == {"q"}
+  assert owned["i"][-1] == {"i", "j", "r", "m"}
+  assert owned["u"][-1] == {"u"} and owned["v"][-1] == {"v"}
+  assert owned["s"][-1] == {"s"}
+  assert owned["after"] == [set()]  # each left behind where it ends
