@@ -40,7 +40,7 @@ PROVE, REWRITE = "compare/_src/prove", "compare/_src/rewrite"
 VERDICT_TESTS = (
     "tests/test_verdict_rules.py", "tests/test_equivalence.py",
     "tests/test_verdict_words.py", "tests/test_verdict_edges.py",
-    "tests/test_mutation_survivors.py")
+    "tests/test_equivalence_edges.py", "tests/test_mutation_survivors.py")
 REWRITE_TESTS = (
     "tests/test_rewrite_global.py", "tests/test_rewrite_global_places.py",
     "tests/test_rewrite_global_elsewhere.py",
