@@ -159,15 +159,20 @@ def run_module(short: str, args, triage: dict) -> dict:
   scratch = _scratch(pathlib.Path(args.workdir) / short, path, tests)
   diffs = _mutants_in(scratch, path)
   names = sorted(diffs)
-  sampled = args.max_mutants and len(names) > args.max_mutants
+  most = args.max_mutants.get(short, args.max_mutants.get("", 0))
+  sampled = most and len(names) > most
   if sampled:
-    names = sorted(random.Random(args.seed).sample(names, args.max_mutants))
+    names = sorted(random.Random(args.seed).sample(names, most))
   start = time.monotonic()
+  cut = False
   with open(scratch / "mutmut.log", "w", encoding="utf-8") as log:
-    subprocess.run(
-        [MUTMUT, "run", "--max-children", "1", *(names if sampled else [])],
-        cwd=scratch, stdout=log, stderr=subprocess.STDOUT, check=False,
-        timeout=args.module_timeout)
+    try:
+      subprocess.run(
+          [MUTMUT, "run", "--max-children", "1", *(names if sampled else [])],
+          cwd=scratch, stdout=log, stderr=subprocess.STDOUT, check=False,
+          timeout=args.module_timeout)
+    except subprocess.TimeoutExpired:
+      cut = True  # what it checked so far is counted; the rest unchecked
   seconds = time.monotonic() - start
   logged = (scratch / "mutmut.log").read_text(errors="replace")
   if "failed to collect stats" in logged:
@@ -185,6 +190,7 @@ def run_module(short: str, args, triage: dict) -> dict:
       status[name] = word
   row = {"module": short, "path": path, "mutants": len(names),
          "of": len(diffs), "sampled": bool(sampled), "seconds": seconds,
+         "cut_at_timeout": cut, "seed": args.seed,
          "killed": 0, "timeout": 0, "survived": 0, "no_tests": 0,
          "equivalent": 0, "unchecked": 0, "survivors": {}, "stale": []}
   for name in names:
@@ -211,8 +217,10 @@ def run_module(short: str, args, triage: dict) -> dict:
 
 
 def _print_row(row):
-  how = f"{row['mutants']} of {row['of']}, seeded sample" if row["sampled"] \
-      else f"all {row['mutants']}"
+  how = (f"{row['mutants']} of {row['of']}, sampled (seed {row['seed']})"
+         if row["sampled"] else f"all {row['mutants']}")
+  if row["cut_at_timeout"] or row["unchecked"]:
+    how += f", {row['unchecked']} unchecked"
   print(f"{row['module']:<16} {row['killed']:>6} {row['timeout']:>7} "
         f"{row['survived']:>8} {row['no_tests']:>8} {row['equivalent']:>10} "
         f"{row['caught_pct']:>7.1f}% {row['seconds']:>6.0f}s  {how}",
@@ -246,12 +254,21 @@ def check_triage(triage: dict) -> list[str]:
   return problems
 
 
+def _most(value: str) -> dict:
+  """`--max-mutants`: `{"": N}` for every module, or `{module: N}`."""
+  if "=" not in value:
+    return {"": int(value)}
+  pairs = (item.split("=") for item in value.split(",") if item)
+  return {short: int(n) for short, n in pairs}
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--modules", default=",".join(MODULES),
                       help="comma-separated short names (default: all)")
-  parser.add_argument("--max-mutants", type=int, default=0,
-                      help="a seeded sample of N mutants per module")
+  parser.add_argument("--max-mutants", type=_most, default={},
+                      help="a seeded sample of N mutants per module: N, or "
+                      "MODULE=N,... for those modules alone")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--survivors", help="write survivors' diffs here")
   parser.add_argument("--json", help="also write the rows here")
