@@ -210,7 +210,7 @@ def run_module(short: str, args, triage: dict) -> dict:
       row["stale"].append(name)  # triaged as killed, yet it survives
     row["no_tests" if word == "no tests" else "survived"] += 1
     row["survivors"][name] = diffs[name]
-  judged = row["mutants"] - row["equivalent"]
+  judged = row["mutants"] - row["equivalent"] - row["unchecked"]
   row["caught_pct"] = (100.0 * (row["killed"] + row["timeout"]) / judged
                        if judged else 100.0)
   return row

@@ -1,10 +1,14 @@
-"""Behaviours that mutation testing (`python -m bench.mutation`) found no
-test pinning: each test names the behaviour; bench/mutation_triage.toml
-names the mutant it kills."""
+"""The prover's small rules that mutation testing (`python -m
+bench.mutation`) found no fast test pinning: leaf_bands' bands and scores,
+lockstep's plan of checked steps, its flip limit and a run's skeleton.
+Each test names the behaviour; bench/mutation_triage.toml the mutants."""
 
+import jax
+import numpy as np
 import pytest
 
 from compare._src.prove import leaf_bands
+from compare._src.prove import lockstep
 
 
 # leaf_bands: a leaf's band and a step's score (bench/mutation_triage.toml).
@@ -66,3 +70,36 @@ def test_bands_while_the_run_goes_on_are_each_leafs_median_so_far():
   assert so_far["unjudged"] == {} and so_far["flips"] == {}
   loud = leaf_bands.so_far([{"w": 1e-4, "n": 1.0}], floor)
   assert loud["unjudged"] == {"n": 1.0} and "n" not in loud["bands"]
+
+
+# lockstep: which steps are checked, the flip limit, a run's skeleton.
+
+
+def _lockstep(check_every, steps):
+  checks = object.__new__(lockstep.Lockstep)  # no runs: the plan alone
+  checks.check_every, checks.steps = check_every, steps
+  return checks
+
+
+def test_step_1_every_nth_step_and_the_last_are_checked():
+  checks = _lockstep(10, 25)
+  assert [t for t in range(1, 26) if checks.is_checked(t)] == [1, 10, 20, 25]
+  assert checks._planned_checks() == 4  # pylint: disable=protected-access
+  assert not any(_lockstep(None, 5).is_checked(t) for t in range(1, 6))
+  assert _lockstep(1, 3)._planned_checks() == 3  # pylint: disable=protected-access
+
+
+def test_two_programs_may_part_at_one_checked_step_or_5_percent():
+  assert [lockstep.flip_limit(n) for n in (0, 1, 19, 20, 39, 40, 200)] == [
+      1, 1, 1, 1, 1, 2, 10]
+
+
+def test_a_runs_skeleton_keeps_small_leaves_whole_and_large_ones_shaped():
+  small = jax.numpy.arange(lockstep.SKELETON_MAX_SIZE, dtype=np.float32)
+  large = jax.numpy.zeros(lockstep.SKELETON_MAX_SIZE + 1, np.float32)
+  kept = lockstep.skeleton({"small": small, "large": large, "n": 3})
+  assert isinstance(kept["small"], jax.Array) and kept["small"] is not small
+  np.testing.assert_array_equal(kept["small"], small)
+  assert kept["large"] == jax.ShapeDtypeStruct(
+      large.shape, large.dtype, sharding=large.sharding)
+  assert kept["n"] == 3
