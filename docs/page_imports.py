@@ -12,7 +12,6 @@ the block's `XLA_FLAGS` emulates them. Nothing imports this file;
 # region: migration-imports
 import logging
 import os  # XLA_FLAGS below: 8 emulated CPU devices, set before jax starts
-
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import flax.jax_utils
 import flax.linen as nn
@@ -29,7 +28,6 @@ N = jax.device_count()  # the devices the snippets spread over
 # region: more-idioms-imports
 import functools
 import os  # XLA_FLAGS below: 8 emulated CPU devices, set before jax starts
-
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import equinox as eqx  # the test extras install it (pyproject.toml)
 import flax.jax_utils

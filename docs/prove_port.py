@@ -4,7 +4,8 @@ A tiny model's pmap step, its shard_map port and a one-device reference take
 one step from the same state on the same batch; `compare._src.prove.equivalence` judges
 every pair. `tests/test_guide.py` runs it with a right port and with the
 gradient-trap port (which must be caught), and shows why Adam needs the
-gradient, not the params, compared. docs/MIGRATION.md shows the regions.
+gradient, not the params, compared. docs/APPENDIX.md links `first_step` and
+`verdicts`.
 """
 
 import flax.jax_utils
@@ -53,7 +54,6 @@ def make_steps(n_devices, tx, check_vma=False):
   return mesh, pmap_step, port_step, jax.jit(reference_step)
 
 
-# region: prove-first-step
 def first_step(params, host_batch, n_devices, tx, check_vma=False):
   """One step of each run from the same state and batch, fetched to host."""
   mesh, pmap_step, port_step, reference_step = make_steps(n_devices, tx,
@@ -81,7 +81,6 @@ def verdicts(runs, what="params", tol=tolerances.Tolerance(1e-5, 1e-5)):
                                                    runs[b][what], tol)
           for a, b in (("port", "pmap"), ("port", "reference"),
                        ("pmap", "reference"))}
-# endregion
 
 
 def example(check_vma=False, tx=None, n_devices=8, seed=0):

@@ -78,7 +78,7 @@ def test_every_block_runs_or_is_an_excerpt_of_a_file(tmp_path):
   pages = sorted(DOCS.glob("*.md"))
   runnable, excerpts = sorted_blocks(pages)
   total = len(runnable) + len(excerpts)
-  print(f"\nsnippets: {total} python blocks in {len(pages)} pages: "
+  print(f"\nsnippets: {total} python blocks in {len(pages)} docs/*.md files: "
         f"{len(runnable)} ran, {len(excerpts)} excerpts")
   assert total > 40  # the extraction found the guide's blocks
   assert not missing_sources(excerpts)
