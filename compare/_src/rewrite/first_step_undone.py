@@ -17,6 +17,7 @@ text read back to the file's own, for the report.
 """
 
 import difflib
+import re
 
 import libcst as cst
 
@@ -68,6 +69,39 @@ class _Undo(cst.CSTTransformer):
       parts.append(f"devices={code(mesh.args[1].value.args[0].value)}")
     return cst.parse_expression(f"jax.pmap({', '.join(parts)})")
 
+  def leave_Module(self, original, updated):
+    return updated.with_changes(body=_decorated(updated.body))
+
+  def leave_IndentedBlock(self, original, updated):
+    return updated.with_changes(body=_decorated(updated.body))
+
+
+def _decorated(body) -> list:
+  """`def f` then `f = jax.pmap(f, ...)` (the first step's port of a pmap
+  decorator, read back) as the decorator it was, so both steps write it
+  alike: `@functools.partial(jax.pmap, ...)`."""
+  out = []
+  for statement in body:
+    previous = out[-1] if out else None
+    small = (statement.body[0] if isinstance(statement,
+                                             cst.SimpleStatementLine)
+             and len(statement.body) == 1 else None)
+    if (isinstance(previous, cst.FunctionDef) and not previous.decorators
+        and isinstance(small, cst.Assign) and len(small.targets) == 1
+        and isinstance(small.targets[0].target, cst.Name)
+        and small.targets[0].target.value == previous.name.value
+        and isinstance(small.value, cst.Call)
+        and rewrite_pmap.dotted(small.value.func) == "jax.pmap"
+        and isinstance(small.value.args[0].value, cst.Name)
+        and small.value.args[0].value.value == previous.name.value):
+      rest = ", ".join(cst.Module([]).code_for_node(a).rstrip(", ")
+                       for a in small.value.args[1:])
+      out[-1] = previous.with_changes(decorators=[cst.Decorator(
+          cst.parse_expression(f"functools.partial(jax.pmap, {rest})"))])
+      continue
+    out.append(statement)
+  return out
+
 
 def undone(source: str) -> str | None:
   """`source` as the pmap program the first step was given, or None where
@@ -93,4 +127,13 @@ def line_of(source: str, read_back: str):
   for tag, a0, a1, b0, _ in matcher.get_opcodes():
     for i in range(a0, a1):
       lines[i + 1] = b0 + (i - a0 if tag == "equal" else 0) + 1
+  # A decorator read back (`_decorated`) is the port's own line there.
+  back, given = read_back.splitlines(), source.splitlines()
+  for i, text in enumerate(back[:-1]):
+    name = re.match(r"\s*(?:async )?def (\w+)", back[i + 1])
+    if text.lstrip().startswith("@functools.partial(jax.pmap") and name:
+      port = next((j for j, line in enumerate(given) if line.lstrip()
+                   .startswith(f"{name[1]} = _pmap_call(")), None)
+      if port is not None:
+        lines[i + 1] = port + 1
   return lambda line: lines.get(line, line)

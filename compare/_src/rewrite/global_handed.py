@@ -135,3 +135,19 @@ class Handed:
           reads[id(root)].add("step" if arg.keyword is None else "stepkw")
           self.r.param_of.pop(id(root), None)
 
+  def reduced_reads_of(self, output, reads) -> bool:
+    """Whether `output` (step, j) is a value the step reduces over the
+    axis, read as one (`read_as_one`) or as `x[0]` alone: then it comes
+    out `P()` and each `x[0]` is recorded to become `x` (the same value:
+    every device holds it)."""
+    name, j = output
+    if j not in self.r.reduced.get(name, ()):
+      return False
+    indexed = [r for r in reads if not self.read_as_one(r)]
+    if not all(r[3] == {"index0"} and id(r[4]) in self.r.containers
+               and self.r.containers[id(r[4])][1] is r[4] for r in indexed):
+      return False
+    for read in indexed:
+      self.r.replace[id(self.r.containers[id(read[4])][0])] = read[4]
+      self.reduced_reads.add(id(read[4]))
+    return True

@@ -201,7 +201,7 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
         # Given to a function, `.replace`d or returned, it is followed
         # (`global_calls.read_as_one`) to each read of where it goes.
         failing = next((r for r in reads if not self.read_as_one(r)), None)
-        if failing is not None and self._reduced_reads(a.kind[1:], reads):
+        if failing is not None and self.reduced_reads_of(a.kind[1:], reads):
           failing = None
         kind = R if reads and failing is None else S
         if failing is not None:
@@ -232,23 +232,6 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
         else:  # one output, kept whole
           outs = next(iter(kinds))
       step.outs = outs
-
-  def _reduced_reads(self, output, reads) -> bool:
-    """Whether `output` (step, j) is a value the step reduces over the
-    axis, read as one (`read_as_one`) or as `x[0]` alone: then it comes
-    out `P()` and each `x[0]` is recorded to become `x` (the same value:
-    every device holds it)."""
-    name, j = output
-    if j not in self.r.reduced.get(name, ()):
-      return False
-    indexed = [r for r in reads if not self.read_as_one(r)]
-    if not all(r[3] == {"index0"} and id(r[4]) in self.r.containers
-               and self.r.containers[id(r[4])][1] is r[4] for r in indexed):
-      return False
-    for read in indexed:
-      self.r.replace[id(self.r.containers[id(read[4])][0])] = read[4]
-      self.reduced_reads.add(id(read[4]))
-    return True
 
   def expression_kind(self, scope, node, line, depth=0):
     if is_replicate_call(node, self.r.known):

@@ -26,12 +26,12 @@ step is written: the file gets the first step and the report names each
 place and why (exit 1).
 """
 
-import dataclasses
 
 import libcst as cst
 from libcst import metadata
 
 from compare._src.rewrite import first_step_undone
+from compare._src.rewrite import global_declared
 from compare._src.rewrite import global_idioms
 from compare._src.rewrite import global_layouts
 from compare._src.rewrite import global_tidy
@@ -42,7 +42,10 @@ from compare._src.rewrite.global_layouts import B, R
 from compare._src.rewrite.rewrite_pmap import Finding
 
 _BATCH_AXIS = "batch-axis"
-AXES = "the pmaps name "  # several axes, each a mesh: no call site moved
+AXES = "the pmaps name "
+# The Port's declared layout (`--prove`), named here as before.
+Declared = global_declared.Declared
+DECLARED = global_declared.DECLARED  # several axes, each a mesh: no call site moved
 
 
 def _spec(kind, axis_code) -> str:
@@ -309,7 +312,7 @@ def rewrite_global_source(source: str, path: str = "<string>",
     if step.calls:
       continue
     if ours:
-      declared_findings += _as_declared(step, declared)
+      declared_findings += global_declared.as_declared(step, declared)
       continue
     blockers.append(global_layouts.Blocker(step.line, (
         f"{step.name} is never called in this file: its callers' layouts "
@@ -326,7 +329,7 @@ def rewrite_global_source(source: str, path: str = "<string>",
       # Port calls): its layout is the Port's.
       steps[declared.name] = global_layouts.StepLayout(port.line,
                                                        declared.name)
-      declared_findings += _as_declared(steps[declared.name], declared)
+      declared_findings += global_declared.as_declared(steps[declared.name], declared)
       continue
     blockers.append(global_layouts.Blocker(port.line, (
         "a pmap bound to no name here (returned, passed on, or called "
@@ -365,57 +368,3 @@ def rewrite_global_source(source: str, path: str = "<string>",
           Finding(line, "changed", text) for line, text in notes],
                    key=lambda f: f.line)),
       tuple(writer.ports))
-
-
-@dataclasses.dataclass(frozen=True)
-class Declared:
-  """A step's layout as the team's `compare.Port` declares it (`--prove`):
-  each mapped argument's and output's (`R`, `B` or `S`)."""
-
-  name: str
-  args: list
-  outs: list
-  line: int | None = None  # a pmap made in a function: its line
-
-  def mapped(self, step) -> list:
-    """The layouts of `step`'s arguments that have one (not its
-    `static_broadcasted_argnums`)."""
-    return [k for i, k in enumerate(self.args) if i not in step.static]
-
-  @classmethod
-  def of(cls, name, signature=None, line=None) -> "Declared":
-    """The Port's `(state, batch) -> (state, metrics)`, or the arguments a
-    `compare.adapt_step` spreads them over (`signature`): the state (and
-    the step index) replicated, the batch split by rows, the metrics per
-    device (`[devices]`, as pmap gave them). Values the Port passes after
-    the batch (`static_args`: a key per device) keep pmap's stacked layout
-    where the pmap maps them (a static one has none)."""
-    if signature is None:
-      return cls(name, [R, B], [R, global_layouts.S], line)
-    return cls(name, [R] * (signature.step_index + signature.state_parts)
-               + [B] * len(signature.batch_keys or (None,))
-               + [global_layouts.S] * len(signature.static_args),
-               [R] * signature.state_parts + [global_layouts.S], line)
-
-
-DECLARED = "the Port's layout: "
-
-
-def _as_declared(step, declared) -> list:
-  """`step` given the layout `declared`. Its callers are out of this file:
-  the report says what they now pass, as a place for a person (no reading
-  of this file can tell that they do)."""
-  step.args, step.outs = declared.mapped(step), list(declared.outs)
-  kept = global_layouts.S in step.args
-  return [Finding(step.line, "changed", (
-      f"{DECLARED}{step.name} takes the state placed once with "
-      "NamedSharding(mesh, P()) and the global batch with P(axis)"
-      + (", what the Port passes after the batch in pmap's stacked layout"
-         if kept else "") + ", and returns the state so and its metrics "
-      "per device, as the Port's port_step (declared by --prove)")),
-          Finding(step.line, "person", (
-              f"{step.name}'s callers are outside this file: each must now "
-              "pass the state placed once with NamedSharding(mesh, P()) "
-              "(not replicate) and the global batch with P(axis) (not "
-              "shard), as the Port does; no reading of this file sees them "
-              "(docs/MIGRATION.md#idiom-map)"))]

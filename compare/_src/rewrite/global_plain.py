@@ -1,0 +1,215 @@
+"""The global step written without helpers (`global_written` says how).
+
+`PlainRewriter` is `rewrite_global.GlobalRewriter` with each step written
+as `jax.jit(jax.shard_map(f, mesh=mesh, ...))` on one module-level mesh,
+placements naming module-level shardings, no `_pmap_*` helper. `plan`
+decides, before writing, whether a file can be written so and with what
+(each step's `check_vma`, the names it binds); `reason` says why not, and
+the file then gets `GlobalRewriter`'s helpers, as before.
+"""
+
+import dataclasses
+
+import libcst as cst
+from libcst import metadata
+
+from compare._src.rewrite import global_written
+from compare._src.rewrite import pmap_arguments
+from compare._src.rewrite import rewrite_global
+from compare._src.rewrite import rewrite_pmap
+from compare._src.rewrite import rewrite_file
+from compare._src.rewrite.global_layouts_types import B, R, S
+from compare._src.rewrite.rewrite_pmap import Finding
+
+
+@dataclasses.dataclass
+class Plan:
+  """What the plain writer needs: the names it binds, each step's
+  `check_vma` (by the pmap's line: None at jax's default, else why False)."""
+
+  names: dict
+  vma: dict
+  reason: str | None = None  # why the file keeps the helpers
+  inline: tuple = ()  # the shardings one placement names: written there
+
+
+def plan(wrapper, ports, steps, axes_count, source) -> Plan:
+  """The plan for a file, or one whose `reason` says why it keeps the
+  first step's helpers (`ports`: the first step's, by line)."""
+  module = wrapper.module
+  positions = wrapper.resolve(metadata.PositionProvider)
+  functions = global_written.definitions(module)
+
+  def why():
+    if axes_count > 1:
+      return ("its pmaps name several axes: each step its own mesh, which "
+              "the helpers build")
+    if "jax.distributed.initialize" in source:
+      return ("it joins jax.distributed: a mesh built at import would start "
+              "the backend before the join (docs/jax-facts.md); the helpers "
+              "build it at the step's first call")
+    for step in steps.values():
+      if step.static:
+        return (f"{step.name} has static_broadcasted_argnums: shard_map "
+                "takes no static argument (the helper _pmap_static binds "
+                "them)")
+    if any("devices=" in p.template for p in ports):
+      return "a pmap over given devices: the helpers build its mesh"
+    called = _keyword_calls(module, {s.name for s in steps.values()})
+    if called:
+      return (f"{called} is called with keyword arguments, which shard_map "
+              "does not take (the helper _pmap_keywords maps them)")
+    return None
+
+  reason = why()
+  vma = {}
+  for port in ports:
+    fn = functions.get(global_written.mapped_name(port.fun_code) or "")
+    found = fn and global_written.gradient_line(
+        fn, functions, lambda n: positions[n].start.line)
+    vma[port.line] = found and (
+        f"check_vma=False: the step takes {found[0]}(...) of arguments "
+        f"placed with P(); under jax's check that "
+        "gradient arrives summed over the mesh and the step's own pmean "
+        "would leave it N times too large (docs/MIGRATION.md#trap-gradient)")
+  return Plan({}, vma, reason)
+
+
+def _keyword_calls(module, step_names) -> str | None:
+  found = []
+
+  class Calls(cst.CSTVisitor):
+
+    def visit_Call(self, node):
+      if rewrite_pmap.dotted(node.func) in step_names and any(
+          a.keyword is not None or a.star for a in node.args):
+        found.append(rewrite_pmap.dotted(node.func))
+
+  module.visit(Calls())
+  return found[0] if found else None
+
+
+class PlainRewriter(rewrite_global.GlobalRewriter):
+  """`GlobalRewriter` writing each step on the module's mesh, no helper.
+  `unplain` says why a step could not be written so (the caller then
+  writes the file with the helpers)."""
+
+  def __init__(self, *args, plain: Plan, **kwargs):
+    super().__init__(*args, **kwargs)
+    self._plan = plain
+    self.unplain = None
+    self.uses_functools = False
+    self.shardings = {}  # R, B -> how many placements name it
+
+  def _sharding(self, kind) -> str:
+    # Named where two placements share it, written in place where one.
+    self.shardings[kind] = self.shardings.get(kind, 0) + 1
+    if kind in self._plan.inline:
+      return (f"jax.NamedSharding({self._plan.names['mesh']}, "
+              f"{rewrite_global._spec(kind, self._axis)})")  # pylint: disable=protected-access
+    return self._plan.names[kind]
+
+  def _parts(self, named, line):
+    """`(shard_map's keyword parts, donate code, stacked argument
+    positions, stacked output positions)` of the pmap at `line`, with its
+    finding."""
+    axis = (self._code(named["axis_name"]) if "axis_name" in named
+            else '"devices"')
+    literal = pmap_arguments.axes_literal
+    in_axes = literal(named["in_axes"]) if "in_axes" in named else 0
+    out_axes = literal(named["out_axes"]) if "out_axes" in named else 0
+    self._layout(line, in_axes, out_axes, axis)
+    in_code = global_written.specs(self.kinds, axis)
+    out_code = global_written.specs(self.outs, axis)
+    vma = self._plan.vma.get(line)
+    donate = (self._code(named["donate_argnums"])
+              if "donate_argnums" in named else None)
+    self.changed += 1
+    self.findings.append(Finding(line, "changed", (
+        f"pmap over {axis} -> jax.jit(jax.shard_map(...)) on the module's "
+        f"mesh: in_specs {in_code}, out_specs {out_code}, "
+        + (vma or "check_vma at jax's default (the step takes no gradient)")
+        + (", donate_argnums kept" if donate else ""))))
+    stacked_args = [i for i, k in enumerate(self.kinds) if k == S]
+    stacked_outs = ({None} if self.one_out and self.outs[0] == S else
+                    {j for j, k in enumerate(self.outs) if k == S}
+                    if not self.one_out else set())
+    parts = global_written.shard_map_parts(self._plan.names["mesh"],
+                                           in_code, out_code, vma is None)
+    return parts, donate, stacked_args, stacked_outs
+
+  def _template(self, named, line):
+    parts, donate, stacked_args, stacked_outs = self._parts(named, line)
+    if stacked_args or stacked_outs:
+      self.unplain = (f"the step at line {line} takes or returns values in "
+                      "pmap's stacked layout and is no decorator of its own "
+                      "function (its view would change other callers)")
+    return global_written.step_expression(rewrite_pmap.FUN, parts, donate)
+
+  def leave_FunctionDef(self, original, updated):
+    pmaps = [d for d in original.decorators
+             if self.is_pmap_decorator(d.decorator)]
+    if not pmaps or len(original.decorators) > 1:
+      return super().leave_FunctionDef(original, updated)
+    expr = updated.decorators[0].decorator
+    line = self._line(original.decorators[0])
+    named = {"fun": cst.Name(updated.name.value)}
+    if isinstance(expr, cst.Call):
+      args = self._arguments([cst.Arg(cst.Name("_fun")), *expr.args[1:]],
+                             line)
+      named.update(args or {})
+    parts, donate, stacked_args, stacked_outs = self._parts(named, line)
+    if stacked_args or stacked_outs:
+      viewed = global_written.per_device(updated, stacked_args,
+                                         stacked_outs)
+      if viewed is None:
+        self.unplain = (f"{updated.name.value}'s parameters or return "
+                        "cannot take pmap's view in its body")
+        return updated
+      updated = viewed
+      self.findings.append(Finding(line, "changed", (
+          f"{updated.name.value} keeps pmap's view of its "
+          + ", ".join([f"argument {i}" for i in stacked_args]
+                      + [f"output {j}" if j is not None else "output"
+                         for j in sorted(stacked_outs, key=str)])
+          + " (values the program stacks or reads per device): a line in "
+          "its body, no helper")))
+    self.uses_functools = True
+    self.ports.append(rewrite_pmap.Port(line, updated.name.value, ""))
+    column = self.get_metadata(metadata.PositionProvider,
+                               original).start.column
+    return updated.with_changes(decorators=[
+        cst.Decorator(cst.parse_expression(d))
+        for d in global_written.step_decorators(parts, donate, 79 - column)])
+
+
+def write(wrapper, module, first, steps, replace, axis, known, declared,
+          axes_count, source, aliases):
+  """The file written without helpers: `(code, writer)`; a str saying why
+  it keeps them; None where the writer found a place for a person (the
+  helpers' writer finds it again and reports it)."""
+  plain = plan(wrapper, first.ports, steps, axes_count, source)
+  if plain.reason:
+    return f"the first step's helpers stay in this file: {plain.reason}"
+  plain.names = global_written.names(wrapper.module, (R, B))
+  writer = PlainRewriter(aliases, steps, replace, axis, known,
+                         declared and declared.name, plain=plain)
+  new = wrapper.visit(writer)
+  plain.inline = tuple(k for k, n in writer.shardings.items() if n == 1)
+  if plain.inline:
+    writer = PlainRewriter(aliases, steps, replace, axis, known,
+                           declared and declared.name, plain=plain)
+    new = wrapper.visit(writer)
+  if writer.blockers:
+    return None
+  if writer.uses_put or writer.uses_static:
+    writer.unplain = ("it calls functions jax 0.10 removed, whose "
+                      "replacements are helpers")
+  if writer.unplain:
+    return f"the first step's helpers stay in this file: {writer.unplain}"
+  bound = {"mesh": plain.names["mesh"],
+           **{k: plain.names[k] for k in writer.shardings
+              if k not in plain.inline}}
+  return rewrite_file.with_mesh(
+      new.code, module, global_written.mesh_block(axis, bound),
+      writer.uses_functools), writer
