@@ -301,7 +301,9 @@ def main(argv=None) -> int:
     _print_row(row)
     if args.survivors:
       out = pathlib.Path(args.survivors) / short
-      out.mkdir(parents=True, exist_ok=True)
+      if out.exists():
+        shutil.rmtree(out)  # an earlier run's survivors are not this one's
+      out.mkdir(parents=True)
       for name, diff in row["survivors"].items():
         (out / f"{name.rsplit('.', 1)[-1]}.diff").write_text(diff + "\n")
   if args.json:
