@@ -103,8 +103,9 @@ def _scratch(workdir: pathlib.Path, path: str, tests) -> pathlib.Path:
   return workdir
 
 
-def mutants_of(path: str) -> dict:
-  """`{mutant name: diff}` of every mutant mutmut makes of `path`.
+def mutants_of(path: str, only=None) -> dict:
+  """`{mutant name: diff}` of every mutant mutmut makes of `path` (or of
+  those named in `only`, the rest with no diff: "").
 
   Run where a pyproject.toml has a `[tool.mutmut]` table (mutmut reads its
   configuration from the working directory)."""
@@ -121,6 +122,9 @@ def mutants_of(path: str) -> dict:
   diffs = {}
   for short in mutated.mutant_names:
     name = get_mutant_name(pathlib.Path(path), short)
+    if only is not None and name not in only:
+      diffs[name] = ""
+      continue
     old, new = (cst.Module([f(module, name)]).code.strip().split("\n")
                 for f in (diff_apply.read_original_function,
                           diff_apply.read_mutant_function))
@@ -129,10 +133,11 @@ def mutants_of(path: str) -> dict:
   return diffs
 
 
-def _mutants_in(cwd, path: str) -> dict:
+def _mutants_in(cwd, path: str, only=()) -> dict:
   """`mutants_of(path)` in a process of its own, run in `cwd`."""
   done = subprocess.run(
-      [sys.executable, "-m", "bench.mutation", "--mutants-of", path],
+      [sys.executable, "-m", "bench.mutation", "--mutants-of", path,
+       *(["--only", ",".join(only)] if only else [])],
       cwd=cwd, check=True, capture_output=True, text=True,
       env={**os.environ, "PYTHONPATH": str(ROOT)})
   return json.loads(done.stdout)
@@ -244,7 +249,7 @@ def check_triage(triage: dict) -> list[str]:
       shutil.copy(ROOT / path, pathlib.Path(tmp) / path)
       (pathlib.Path(tmp) / "pyproject.toml").write_text(
           '[tool.mutmut]\nsource_paths = ["compare"]\n')
-      diffs = _mutants_in(tmp, path)
+      diffs = _mutants_in(tmp, path, names)
       for name in names:
         if name not in diffs:
           problems.append(f"{name}: no such mutant of {path}")
@@ -280,9 +285,11 @@ def main(argv=None) -> int:
   parser.add_argument("--check-triage", action="store_true",
                       help="only check the triage file names real mutants")
   parser.add_argument("--mutants-of", help=argparse.SUPPRESS)
+  parser.add_argument("--only", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.mutants_of:
-    print(json.dumps(mutants_of(args.mutants_of)))
+    only = set(args.only.split(",")) if args.only else None
+    print(json.dumps(mutants_of(args.mutants_of, only)))
     return 0
   triage = load_triage()
   if args.check_triage:
