@@ -6,6 +6,8 @@ import libcst as cst
 from libcst import metadata
 
 from compare._src.rewrite import global_scopes
+from compare._src.rewrite import rewrite_helpers
+from compare._src.rewrite import stacked_calls
 from compare._src.rewrite.global_layouts_types import S
 
 
@@ -82,3 +84,55 @@ def test_a_lambdas_parameters_and_a_comprehensions_targets_are_its_own():
   assert owned["u"][-1] == {"u"} and owned["v"][-1] == {"v"}
   assert owned["s"][-1] == {"s"}
   assert owned["after"] == [set()]  # each left behind where it ends
+
+
+# stacked_calls: which calls keep pmap's stacked layout, and what the
+# report says of each.
+
+
+def test_only_flaxs_shard_keeps_the_stack_and_every_named_call_does():
+  assert stacked_calls.keeps_stack("common_utils.shard", "shard")
+  assert stacked_calls.keeps_stack("flax.training.common_utils.shard",
+                                   "shard")
+  assert not stacked_calls.keeps_stack("my_data.shard", "shard")
+  for tail in stacked_calls.STACKED_CALLS:
+    if tail != "shard":
+      assert stacked_calls.keeps_stack(f"x.{tail}", tail), tail
+  assert not stacked_calls.keeps_stack("jnp.stack", "stack")
+
+
+def test_flaxs_replicate_is_named_as_imported_either_way():
+  assert stacked_calls.is_flax_replicate("replicate")
+  assert stacked_calls.is_flax_replicate("flax.jax_utils.replicate")
+  assert stacked_calls.is_flax_replicate("jax_utils.replicate")
+  assert not stacked_calls.is_flax_replicate("state.replicate")
+
+
+def test_each_kept_call_is_reported_with_its_own_advice():
+  advice = stacked_calls.STACKED_CALLS
+  assert stacked_calls.kept("jax_utils.replicate") == (
+      "jax_utils.replicate(...): " + advice["replicate"])
+  assert stacked_calls.kept("state.replicate") == (
+      "state.replicate(...): " + stacked_calls.OWN_REPLICATE)
+  assert stacked_calls.kept("common_utils.shard") == (
+      "common_utils.shard(...): " + advice["shard"])
+  # A removed put's helper is reported as what it stands for.
+  assert stacked_calls.kept("_pmap_put_replicated") == (
+      "_pmap_put_replicated(...): " + advice["replicate"])
+  assert stacked_calls.kept("_pmap_put_sharded") == (
+      "_pmap_put_sharded(...): " + advice["shard"])
+
+
+def test_a_removed_put_is_reported_with_the_helper_that_replaces_it():
+  assert stacked_calls.removed("jax.device_put_sharded") == (
+      "removed in jax 0.10: jax.device_put_sharded(...) -> "
+      "_pmap_put_sharded(...): the same stacked array, row i on the i-th "
+      "device given (docs/MIGRATION.md#staged)")
+
+
+def test_the_program_as_it_reads_has_none_of_the_added_helpers():
+  body = "import jax\n\nx = 1\n"
+  code = (body + rewrite_helpers.HELPERS + rewrite_helpers.STATIC_HELPER
+          + rewrite_helpers.PUT_HELPER)
+  assert rewrite_helpers.without_helpers(code) == body
+  assert rewrite_helpers.without_helpers(body) == body
