@@ -31,7 +31,8 @@ from compare import rewrite
 from compare._src.rewrite import global_idioms
 from compare._src.rewrite import rewrite_global
 from compare._src.rewrite import rewrite_helpers
-from tests.test_rewrite import _script_output  # pylint: disable=g-bad-import-order
+from tests.test_rewrite import _script_output
+from tests.test_rewrite_global import assert_idiomatic  # pylint: disable=g-bad-import-order
 from tests.test_rewrite_global import STACKED  # pylint: disable=g-bad-import-order
 
 INPUTS = pathlib.Path(__file__).resolve().parent / "rewrite_inputs"
@@ -152,6 +153,10 @@ def test_jax_spmd_mnist_goes_global_but_its_batches(tmp_path, capsys):
   assert ("1 pmap(s) rewritten to global arrays, 2 call site(s) moved to "
           "global arrays, 0 place(s) need a person, 1 call site(s) keep "
           "pmap's stacked layout") in out
+  # pmap's view of the stacked batch: one line in the step's own body.
+  assert ("    batch = jax.tree.map(lambda a: a[0], batch)  # pmap's "
+          "per-device view\n") in port.read_text()
+  assert_idiomatic(source, port)
   assert "--global;" not in out  # no pointer to the step it asked for
   program = rewrite_helpers.without_helpers(port.read_text())
   assert "tree_map(replicate_array" not in program
@@ -188,19 +193,20 @@ def run(params, batches, log):
 def test_one_output_is_p_only_where_every_read_takes_one_copy():
   read_once = rewrite_global.rewrite_global_source(
       ONE_OUTPUT.format(read="print(jax_utils.unreplicate(params))"))
-  assert "out_specs=jax.P()," in read_once.code, read_once.findings
+  assert re.search(r"out_specs=jax\.P\(\)[,)]", read_once.code), (
+      read_once.findings)
   per_device = rewrite_global.rewrite_global_source(
       ONE_OUTPUT.format(read="log.append(params)"))
   person = [f.text for f in per_device.findings if f.kind == "person"]
   assert person, per_device.code  # read per device: refused, not P()
-  assert "out_specs=jax.P()," not in per_device.code
+  assert not re.search(r"out_specs=jax\.P\(\)[,)]", per_device.code)
   # `params[0]`: device 0's copy of an array, a tuple's element: not one
   # copy as the output is declared (refused where it meets the replicated
   # params), whichever it is.
   indexed = rewrite_global.rewrite_global_source(
       ONE_OUTPUT.format(read="print(params[0])"))
   assert any(f.kind == "person" for f in indexed.findings), indexed.code
-  assert "out_specs=jax.P()," not in indexed.code
+  assert not re.search(r"out_specs=jax\.P\(\)[,)]", indexed.code)
 
 
 # transformers' flax examples (run_clm_flax.py and its siblings): the state's

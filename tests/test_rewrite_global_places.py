@@ -269,7 +269,7 @@ def test_every_page_of_the_guide_a_message_names_exists():
   # A place's reference is a claim: the page and its anchor exist.
   root = pathlib.Path(__file__).resolve().parent.parent
   named = set()
-  for source in (root / "compare" / "_src").glob("*.py"):
+  for source in (root / "compare" / "_src").rglob("*.py"):
     text = re.sub(r'"\s*\n\s*f?"', "", source.read_text())  # one literal
     named |= set(re.findall(r"docs/([A-Z-]+\.md)#([a-z0-9-]+)", text))
   assert len(named) > 5, named

@@ -167,13 +167,14 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
                         "cannot take pmap's view in its body")
         return updated
       updated = viewed
-      self.findings.append(Finding(line, "changed", (
-          f"{updated.name.value} keeps pmap's view of its "
+      # The pmap's own finding says where pmap's view stays, and how.
+      self.findings[-1] = Finding(line, "changed", self.findings[-1].text + (
+          "; pmap's per-device view of its "
           + ", ".join([f"argument {i}" for i in stacked_args]
                       + [f"output {j}" if j is not None else "output"
                          for j in sorted(stacked_outs, key=str)])
-          + " (values the program stacks or reads per device): a line in "
-          "its body, no helper")))
+          + " (stacked or read per device by the program) written as a "
+          "line in its body, no helper"))
     self.uses_functools = True
     self.ports.append(rewrite_pmap.Port(line, updated.name.value, ""))
     column = self.get_metadata(metadata.PositionProvider,

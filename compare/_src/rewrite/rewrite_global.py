@@ -35,6 +35,7 @@ from compare._src.rewrite import global_declared
 from compare._src.rewrite import global_idioms
 from compare._src.rewrite import global_layouts
 from compare._src.rewrite import global_tidy
+from compare._src.rewrite import global_uncalled
 from compare._src.rewrite import global_written
 from compare._src.rewrite import rewrite_file
 from compare._src.rewrite import rewrite_pmap
@@ -272,6 +273,14 @@ def rewrite_global_source(source: str, path: str = "<string>",
     return rewrite_file.Rewrite(both.code, tuple(
         Finding(line(f.line), f.kind, f.text) for f in both.findings),
                                 both.ports)
+  set_aside = global_uncalled.uncalled(source)
+  if set_aside:  # pmaps in functions never called: the rest rewritten
+    rest = rewrite_global_source(global_uncalled.trimmed(source, set_aside),
+                                 path, declared)
+    return rewrite_file.Rewrite(
+        global_uncalled.restored(rest.code, source, set_aside),
+        tuple(sorted(rest.findings + tuple(global_uncalled.findings(
+            set_aside, source)), key=lambda f: f.line)), rest.ports)
   first = rewrite_file.rewrite_source(source, path)
   if first.needs_a_person:
     return rewrite_file.Rewrite(first.code, first.findings + (Finding(

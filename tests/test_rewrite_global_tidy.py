@@ -1,0 +1,140 @@
+"""`--global` names what it leaves dead or stale, and sets aside a pmap in a
+function the file never calls (issue 58).
+
+The tutorial's `split` and `n_devices` fed pmap's stacked layout only; its
+comments about the extra leading dimension describe what the port no
+longer does. Each is named by line (`left`), nothing removed; names still
+read and the step's own comments (a device's view, still true in
+shard_map) are not. flax lm1b's `per_host_sum_pmap`, never called, no
+longer refuses the file: the rest is rewritten and the function named.
+"""
+
+import pathlib
+import re
+
+import libcst as cst
+
+from compare import rewrite
+from compare._src.rewrite import global_written
+from compare._src.rewrite import rewrite_global
+from tests.test_rewrite import _script_output
+from tests.test_rewrite_global import assert_idiomatic  # pylint: disable=g-bad-import-order
+
+INPUTS = pathlib.Path(__file__).resolve().parent / "rewrite_inputs"
+TUTORIAL = INPUTS / "tutorial_linear_regression.py"
+
+
+def _left(findings) -> dict:
+  return {f.line: f.text for f in findings if f.kind == "left"}
+
+
+def test_the_tutorials_dead_names_and_stale_comments_are_named():
+  left = _left(rewrite_global.rewrite_global_source(
+      TUTORIAL.read_text()).findings)
+  dead = {line: re.match(r"(\w+) is no longer used", text)[1]
+          for line, text in left.items() if "no longer used" in text}
+  assert dead == {73: "n_devices", 77: "split"}
+  stale = {line for line, text in left.items() if "stale" in text}
+  # "replicate across devices", "chunks for each device", "the same on
+  # every device", "an extra leading dimension", "the first device".
+  assert stale == {71, 76, 88, 92, 93}
+  # The negative controls: names still read, and the step's own comment
+  # ("individually on each device", line 47: still each device's view).
+  assert 47 not in left and not any(
+      re.match(r"(xs|ys|params|replicated_params|loss) ", t)
+      for t in left.values())
+
+
+def test_a_name_still_read_is_not_dead():
+  # `n_devices` read once more after the rewrite: no longer dead, while
+  # `split` still is.
+  source = TUTORIAL.read_text().replace(
+      '  print(f"w {float(params.weight)!r}',
+      '  print(n_devices)\n  print(f"w {float(params.weight)!r}')
+  texts = _left(rewrite_global.rewrite_global_source(source).findings)
+  assert not any(t.startswith("n_devices ") for t in texts.values())
+  assert any(t.startswith("split ") for t in texts.values())
+
+
+UNCALLED = '''
+
+def per_host_sum_pmap(in_tree):
+  """Execute psum on in_tree's leaves over one device per host."""
+  host2devices = collections.defaultdict(list)
+  for d in jax.devices():
+    host2devices[d.process_index].append(d)
+  devices = [host2devices[k][0] for k in host2devices]
+  host_psum = jax.pmap(lambda x: jax.lax.psum(x, "i"), "i", devices=devices)
+
+  def pre_pmap(xs):
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (1,) + x.shape), xs)
+
+  def post_pmap(xs):
+    return jax.tree.map(lambda x: x[0], xs)
+
+  return post_pmap(host_psum(pre_pmap(in_tree)))
+'''
+
+
+def _with_uncalled(tmp_path, call=""):
+  source = (INPUTS / "flax_style_train.py").read_text()
+  at = source.index("\n\nif __name__")
+  program = tmp_path / "lm1b_like.py"
+  program.write_text("import collections\n" + source[:at] + UNCALLED + call
+                     + source[at:])
+  return program
+
+
+def test_a_pmap_in_a_function_never_called_is_set_aside(tmp_path, capsys):
+  source = _with_uncalled(tmp_path)
+  port = tmp_path / "port.py"
+  assert rewrite.main([str(source), "-o", str(port), "--global"]) == 0
+  out = capsys.readouterr().out
+  assert re.search(r"lm1b_like\.py:\d+: left: per_host_sum_pmap is never "
+                   r"called in this file: its pmap \(line\(s\) \[\d+\]\)",
+                   out), out
+  assert "0 place(s) need a person" in out
+  text = port.read_text()
+  assert UNCALLED in text  # as written, its pmap with it
+  assert "_pmap_" not in text
+  assert text.count("jax.pmap(") == 1
+  assert _script_output(port) == _script_output(source)
+
+
+def test_the_same_function_called_still_refuses_the_file(tmp_path, capsys):
+  # The negative control: called, its pmap is the program's, and over
+  # given devices the global step cannot take it.
+  source = _with_uncalled(tmp_path, "\n\nTOTAL = per_host_sum_pmap\n")
+  port = tmp_path / "port.py"
+  assert rewrite.main([str(source), "-o", str(port), "--global"]) == 1
+  out = capsys.readouterr().out
+  assert "never called" not in out
+  assert "NEEDS A PERSON: global step not written" in out
+
+
+def _reduced(body):
+  fn = cst.parse_module(body).body[0]
+  return global_written.reduced_outputs(fn)
+
+
+def test_an_output_the_step_reduces_is_known_by_its_last_binding():
+  assert _reduced("def f(p, x):\n  l, g = h(p, x)\n"
+                  "  l = jax.lax.pmean(l, 'i')\n  return p, l\n") == {1}
+  assert _reduced("def f(x):\n  return lax.psum(x, 'i')\n") == {None}
+  # Rebound after the pmean, bound in an `if`, or each device's own.
+  assert _reduced("def f(x):\n  l = jax.lax.pmean(x, 'i')\n  l = l * 2\n"
+                  "  return x, l\n") == set()
+  assert _reduced("def f(x, c):\n  l = x\n  if c:\n"
+                  "    l = jax.lax.pmean(x, 'i')\n  return x, l\n") == set()
+  assert _reduced("def f(x):\n  return x, x.mean()\n") == set()
+
+
+def test_the_tutorial_reads_its_pmeaned_loss_as_one_value(tmp_path, capsys):
+  port = tmp_path / "port.py"
+  assert rewrite.main([str(TUTORIAL), "-o", str(port), "--global"]) == 0
+  out = capsys.readouterr().out
+  assert "loss[0] of a value the step reduces over the axis" in out
+  text = port.read_text()
+  assert "float(loss)" in text and "loss[0]" not in text
+  assert "out_specs=jax.P()" in text
+  assert_idiomatic(TUTORIAL, port)
