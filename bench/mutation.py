@@ -63,8 +63,44 @@ MODULES = {
     "rewrite_helpers": (f"{REWRITE}/rewrite_helpers.py", REWRITE_TESTS),
     "stacked_calls": (f"{REWRITE}/stacked_calls.py", REWRITE_TESTS),
 }
-# The tests in those files that run whole programs: left out (see above).
-SLOW = ()
+# The tests in those files that run whole programs (a rewritten program
+# run or proved: 2.5 s to a minute each on 2 busy cores): left out.
+_G = "tests/test_rewrite_global"
+SLOW = tuple(f"{file}.py::test_{name}" for file, name in (
+    (_G, "a_script_holds_no_stacked_layout_and_prints_the_same"),
+    (_G, "global_prove_passes_and_a_wrong_spec_fails"),
+    (_G, "prefetched_batches_become_global_batches"),
+    (_G, "an_axis_named_by_a_module_constant_takes_the_second_step"),
+    (_G, "static_arguments_take_the_second_step"),
+    (f"{_G}_factory", "vision_transformers_shapes_take_the_second_step"),
+    (f"{_G}_reads", "a_replicated_value_returned_by_name_is_followed"),
+    (f"{_G}_reads", "index_0_of_an_output_keeps_it_per_device"),
+    (f"{_G}_reads", "a_copy_of_flax_shard_places_the_global_batch"),
+    (f"{_G}_reads", "trees_placed_and_read_back_together"),
+    (f"{_G}_reads", "an_output_read_per_device_keeps_its_devices"),
+    (f"{_G}_elsewhere", "a_named_and_an_unnamed_pmap_take_a_mesh_each"),
+    (f"{_G}_elsewhere",
+     "a_pmap_naming_no_axis_and_a_lambda_parameter_take_the_step"),
+    (f"{_G}_elsewhere", "jax_spmd_mnist_goes_global_but_its_batches"),
+    (f"{_G}_functions",
+     "the_state_is_followed_through_the_programs_functions"),
+    (f"{_G}_functions", "a_function_given_its_state_by_keyword_is_followed"),
+    (f"{_G}_handed", "a_step_handed_to_the_programs_function_is_followed"),
+    (f"{_G}_handed", "a_key_per_device_fed_back_by_keyword_stays_stacked"),
+    (f"{_G}_places", "the_same_layout_on_either_side_of_an_if_is_taken"),
+    (f"{_G}_places",
+     "a_nested_function_giving_the_step_its_values_is_taken"),
+    (f"{_G}_declared", "metrics_taken_as_one_copy_fail_the_proof"),
+    (f"{_G}_declared", "the_declared_global_step_is_proved"),
+    (f"{_G}_declared", "a_pmap_made_in_a_factory_takes_the_ports_layout"),
+    (f"{_G}_wmt", "wmt_as_written_names_the_two_reads_of_pmaps_layout"),
+    (f"{_G}_wmt", "wmt_with_the_persons_edit_takes_the_second_step"),
+    ("tests/test_rewrite_imported_axis",
+     "a_pmap_over_this_processs_devices_takes_the_second_step"),
+    ("tests/test_rewrite_removed_puts",
+     "the_rewrite_prints_what_the_original_printed"),
+    ("tests/test_rewrite_removed_puts",
+     "global_from_the_original_or_the_first_step_runs_the_same")))
 # The tree a mutant's tests import besides `compare` (mutmut's also_copy).
 ALSO_COPY = ("shardport", "legacy_pmap", "sharded", "examples", "docs",
              "bench", "tests")
@@ -73,23 +109,19 @@ MUTMUT = str(pathlib.Path(sys.executable).parent / "mutmut")
 CAUGHT = {"killed": "killed", "timeout": "timeout", "segfault": "killed"}
 
 
-def _tracked_files() -> list[str]:
-  """The working tree's files git knows of or would add (not ignored)."""
-  out = subprocess.run(
-      ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-      cwd=ROOT, check=True, capture_output=True).stdout.decode()
-  return [p for p in out.split("\0") if p and (ROOT / p).is_file()]
-
-
-def _scratch(workdir: pathlib.Path, path: str, tests) -> pathlib.Path:
-  """A fresh copy of the working tree set up to mutate `path` alone."""
+def _scratch(workdir: pathlib.Path, path: str, tests,
+             failing=()) -> pathlib.Path:
+  """A fresh copy of HEAD (what was committed, not the work in progress
+  around it) set up to mutate `path` alone, `failing` tests left out."""
   if workdir.exists():
     shutil.rmtree(workdir)
-  for name in _tracked_files():
-    (workdir / name).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(ROOT / name, workdir / name)
-  deselect = [a for test in SLOW if test.split("::")[0] in tests
-              for a in ("--deselect", test)]
+  workdir.mkdir(parents=True)
+  archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, check=True,
+                           capture_output=True).stdout
+  subprocess.run(["tar", "-x", "-C", str(workdir)], input=archive,
+                 check=True)
+  deselect = [a for test in (*SLOW, *failing)
+              if test.split("::")[0] in tests for a in ("--deselect", test)]
   config = {
       "source_paths": ["compare"], "only_mutate": [path],
       "pytest_add_cli_args_test_selection": [*tests, *deselect],
@@ -101,6 +133,20 @@ def _scratch(workdir: pathlib.Path, path: str, tests) -> pathlib.Path:
   with open(workdir / "pyproject.toml", "a", encoding="utf-8") as f:
     f.write("\n".join(lines) + "\n")
   return workdir
+
+
+def failing_unmutated(scratch: pathlib.Path, tests) -> list[str]:
+  """The fast tests that fail on HEAD itself, unmutated: mutmut judges no
+  mutant while one does, and a failing test kills nothing it did not."""
+  deselect = [a for test in SLOW if test.split("::")[0] in tests
+              for a in ("--deselect", test)]
+  done = subprocess.run(
+      [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider",
+       "-q", "-rf", "-o", "addopts=", *tests, *deselect], cwd=scratch,
+      capture_output=True, text=True, check=False)
+  return sorted({line.split()[1].split("[")[0]
+                 for line in done.stdout.splitlines()
+                 if line.startswith("FAILED ")})
 
 
 def mutants_of(path: str, only=None) -> dict:
@@ -158,10 +204,16 @@ def load_triage(path=TRIAGE) -> dict:
     return {entry["name"]: entry for entry in tomllib.load(f).get("mutant", [])}
 
 
-def run_module(short: str, args, triage: dict) -> dict:
+def run_module(short: str, args, triage: dict, failing: dict) -> dict:
   """Mutates one module in its scratch copy; its row of the table."""
   path, tests = MODULES[short]
-  scratch = _scratch(pathlib.Path(args.workdir) / short, path, tests)
+  if tests not in failing:
+    failing[tests] = failing_unmutated(
+        _scratch(pathlib.Path(args.workdir) / short, path, tests), tests)
+    for test in failing[tests]:
+      print(f"  fails unmutated at HEAD, left out: {test}", flush=True)
+  scratch = _scratch(pathlib.Path(args.workdir) / short, path, tests,
+                     failing[tests])
   diffs = _mutants_in(scratch, path)
   names = sorted(diffs)
   most = args.max_mutants.get(short, args.max_mutants.get("", 0))
@@ -196,6 +248,7 @@ def run_module(short: str, args, triage: dict) -> dict:
   row = {"module": short, "path": path, "mutants": len(names),
          "of": len(diffs), "sampled": bool(sampled), "seconds": seconds,
          "cut_at_timeout": cut, "seed": args.seed,
+         "failing_unmutated": failing[tests],
          "killed": 0, "timeout": 0, "survived": 0, "no_tests": 0,
          "equivalent": 0, "unchecked": 0, "survivors": {}, "stale": []}
   for name in names:
@@ -297,13 +350,16 @@ def main(argv=None) -> int:
     print("\n".join(problems) or f"{len(triage)} triage entries, all real")
     return 1 if problems else 0
   shorts = [s for s in args.modules.split(",") if s]
-  print(f"left out (they run whole programs): {', '.join(SLOW) or 'none'}")
+  head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                        capture_output=True, text=True).stdout.strip()
+  print(f"mutmut on HEAD ({head}), one module at a time; left out, as they "
+        f"run whole programs: {len(SLOW)} tests (bench/mutation.py SLOW)")
   print(f"{'module':<16} {'killed':>6} {'timeout':>7} {'survived':>8} "
         f"{'no tests':>8} {'equivalent':>10} {'caught':>8} {'time':>7}  "
         "mutants")
-  rows = []
+  rows, failing = [], {}
   for short in shorts:
-    row = run_module(short, args, triage)
+    row = run_module(short, args, triage, failing)
     rows.append(row)
     _print_row(row)
     if args.survivors:
