@@ -200,7 +200,51 @@ def _written_axes(target: pathlib.Path, name: str | None,
     if isinstance(node, ast.Call) and getattr(node.func, "id", "") == \
         "_pmap_view":
       return {k.arg: ast.literal_eval(k.value) for k in node.keywords}
-  return {}
+  return plain_axes(text, name, written)
+
+
+def _axes_of_specs(spec, count=2):
+  """pmap's axes of `count` values a spec (or a tuple of them) lays out:
+  `P()` None (one value), `P(axis)` 0 (stacked per device)."""
+  specs = spec.elts if isinstance(spec, ast.Tuple) else [spec] * count
+  return tuple(None if isinstance(s, ast.Call) and not s.args else 0
+               for s in specs)
+
+
+def plain_axes(text: str, name: str | None, written: str | None) -> dict:
+  """The axes of a step `--global` wrote without helpers
+  (`global_plain`): its outputs' from `out_specs`; its arguments None (the
+  state placed once, the global batch) but where its body takes pmap's
+  view of one (`x = jax.tree.map(lambda a: a[0], x)`: given stacked)."""
+  tree = ast.parse(text)
+  shard_maps = [n for n in ast.walk(ast.parse(written) if written else tree)
+                if isinstance(n, ast.Call) and any(
+                    isinstance(a, ast.Attribute) and a.attr == "shard_map"
+                    for a in [n.func, *n.args])]
+  defs = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+          and n.name == name and n.decorator_list]
+  if defs:
+    shard_maps = [d for d in defs[0].decorator_list if isinstance(
+        d, ast.Call) and any(isinstance(a, ast.Attribute)
+                             and a.attr == "shard_map" for a in d.args)]
+  elif name is not None:
+    assigned = [n.value for n in tree.body if isinstance(n, ast.Assign)
+                and [getattr(t, "id", None) for t in n.targets] == [name]]
+    shard_maps = [n for a in assigned for n in ast.walk(a)
+                  if isinstance(n, ast.Call) and isinstance(
+                      n.func, ast.Attribute) and n.func.attr == "shard_map"]
+  if len(shard_maps) != 1:
+    return {}
+  spec = {k.arg: k.value for k in shard_maps[0].keywords}
+  if "out_specs" not in spec:
+    return {}
+  params = [a.arg for a in defs[0].args.args] if defs else []
+  viewed = {stmt.targets[0].id for stmt in (defs[0].body if defs else [])
+            if isinstance(stmt, ast.Assign) and "lambda a: a[0]"
+            in ast.unparse(stmt.value)}
+  return {"in_axes": tuple(0 if p in viewed else None
+                           for p in params[:2]) or (None, None),
+          "out_axes": _axes_of_specs(spec["out_specs"])}
 
 
 def _on_global_mesh(global_step, axes: dict, n_devices: int):
@@ -264,8 +308,12 @@ def _written_port(port, source: pathlib.Path, target: pathlib.Path):
     inner = dataclasses.replace(port, pmap_step=signature.step)
     name = original_name(inner, source)
     if name is not None:
+      # Written without helpers, its outputs are as its out_specs say (a
+      # loss the step pmeans: one value, P()).
+      plain = plain_axes(target.read_text(), name, None)
       return (signature.adapt(getattr(_rewritten_module(target), name)),
-              adapted, name)
+              {**adapted, **{k: v for k, v in plain.items()
+                             if k == "out_axes"}}, name)
     step, line, _ = _port_of_local_pmap(inner, source, target,
                                         _helpers(target))
     return signature.adapt(step), adapted, f"pmap of line {line}"

@@ -1,0 +1,40 @@
+"""The teams' Ports of two programs `--global` writes without helpers:
+the pmap tutorial's `update` (params, xs, ys) and the flax-examples-style
+script's `p_train_step` (state, batch). `python -m compare.rewrite FILE
+--global --prove tests.rewrite_inputs.rewrite_ports:NAME` proves the
+written step against the pmap (bench/rewrite_global_runs.py)."""
+
+import jax
+import numpy as np
+
+import compare
+from tests.rewrite_inputs import flax_style_train
+from tests.rewrite_inputs import tutorial_linear_regression as tutorial
+
+
+def _rows(i):
+  xs = np.random.default_rng(i).normal(size=(128, 1)).astype(np.float32)
+  return {"xs": xs, "ys": (2 * xs - 1).astype(np.float32)}
+
+
+def tutorial_port(steps=4):
+  """`update(params, xs, ys) -> (params, loss)`, its batch by key."""
+  return compare.Port(
+      name="tutorial", port_step=None, batches=_rows, steps=steps,
+      init=lambda: tutorial.init(jax.random.key(123)),
+      pmap_step=compare.adapt_step(tutorial.update,
+                                   batch_keys=("xs", "ys")),
+      mesh=jax.make_mesh((8,), ("num_devices",)))
+
+
+def _batch(i):
+  return next(flax_style_train.batches(1 + i))
+
+
+def flax_style_port(steps=4):
+  """`p_train_step(state, batch) -> (state, metrics)`, as it is."""
+  return compare.Port(
+      name="flax_style", port_step=None, batches=_batch, steps=steps,
+      init=lambda: flax_style_train.create_train_state(jax.random.key(0)),
+      pmap_step=flax_style_train.p_train_step,
+      mesh=jax.make_mesh((8,), ("batch",)))
