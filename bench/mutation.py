@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import tomllib
+from xml.etree import ElementTree
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TRIAGE = ROOT / "bench" / "mutation_triage.toml"
@@ -136,17 +137,21 @@ def _scratch(workdir: pathlib.Path, path: str, tests,
 
 
 def failing_unmutated(scratch: pathlib.Path, tests) -> list[str]:
-  """The fast tests that fail on HEAD itself, unmutated: mutmut judges no
-  mutant while one does, and a failing test kills nothing it did not."""
+  """The fast tests (node ids, with their parameters) that fail on HEAD
+  itself, unmutated: mutmut judges no mutant while one does."""
   deselect = [a for test in SLOW if test.split("::")[0] in tests
               for a in ("--deselect", test)]
-  done = subprocess.run(
+  report = scratch / "unmutated.xml"
+  subprocess.run(
       [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider",
-       "-q", "-rf", "-o", "addopts=", *tests, *deselect], cwd=scratch,
-      capture_output=True, text=True, check=False)
-  return sorted({line.split()[1].split("[")[0]
-                 for line in done.stdout.splitlines()
-                 if line.startswith("FAILED ")})
+       "-q", "-o", "addopts=", f"--junitxml={report}", *tests, *deselect],
+      cwd=scratch, capture_output=True, check=False)
+  failed = []
+  for case in ElementTree.parse(report).iter("testcase"):
+    if case.find("failure") is not None or case.find("error") is not None:
+      module = case.get("classname").replace(".", "/")
+      failed.append(f"{module}.py::{case.get('name')}")
+  return sorted(failed)
 
 
 def mutants_of(path: str, only=None) -> dict:
@@ -211,7 +216,8 @@ def run_module(short: str, args, triage: dict, failing: dict) -> dict:
     failing[tests] = failing_unmutated(
         _scratch(pathlib.Path(args.workdir) / short, path, tests), tests)
     for test in failing[tests]:
-      print(f"  fails unmutated at HEAD, left out: {test}", flush=True)
+      print(f"  fails unmutated at HEAD, left out: {test.splitlines()[0]}",
+            flush=True)
   scratch = _scratch(pathlib.Path(args.workdir) / short, path, tests,
                      failing[tests])
   diffs = _mutants_in(scratch, path)
