@@ -104,7 +104,7 @@ _ROUND_TRIP = {"data_parallel": {"workload": "linear512"},
 
 @pytest.mark.parametrize("strategy", sorted(_ROUND_TRIP))
 def test_every_run_places_its_own_view_after_steps(strategy):
-  """The engine's one placement (`compare._src.prove.lockstep.place`) is each
+  """The engine's one placement (`compare._src.prove.placement.place`) is each
   run's `from_host`: our programs' canonical view, after 2 optimiser steps,
   placed through their checkpoint layout and read back bit for bit, the
   step counter included (a `from_host` that drops the step, a field, or a

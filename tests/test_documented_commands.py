@@ -16,7 +16,7 @@ from compare import rewrite
 from compare._src import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHORT = ["--steps", "2", "--windows", "1", "--quiet"]
+SHORT = ["--steps", "2", "--windows", "0", "--quiet"]
 
 
 def _documented() -> list[str]:

@@ -42,11 +42,11 @@ EXAMPLES = {"linear_regression": (linear_regression, "psum_port",
 def test_the_example_proves_and_its_wrong_port_fails_at_step_1(name):
   module, wrong, _ = EXAMPLES[name]
   proof = testing.assert_port_equivalent(module.port(), steps=STEPS,
-                                         windows=1)
+                                         windows=0)
   assert proof.verdict == "pass"
   with pytest.raises(AssertionError, match="first at step 1: port vs pmap"):
     testing.assert_port_equivalent(getattr(module, wrong)(), steps=STEPS,
-                                   windows=1)
+                                   windows=0)
 
 
 @pytest.mark.parametrize("name, step", [("linear_regression", 5),
@@ -54,7 +54,7 @@ def test_the_example_proves_and_its_wrong_port_fails_at_step_1(name):
                                         ("nnx_mlp", 3), ("equinox_mlp", 1)])
 def test_a_late_mistake_in_the_examples_port_fails_at_its_step(name, step):
   # The harness counts the steps of a state that has no counter of its own.
-  proof = compare.prove(EXAMPLES[name][0].port(), steps=STEPS, windows=1,
+  proof = compare.prove(EXAMPLES[name][0].port(), steps=STEPS, windows=0,
                         control=f"update-1pct-at:{step}")
   assert proof.exit_code == 1
   assert proof.first_failure.startswith(f"first at step {step}: port vs pmap")
@@ -66,7 +66,7 @@ def test_a_late_mistake_in_the_examples_port_fails_at_its_step(name, step):
 def _from_the_command_line(spec):
   return subprocess.run(
       [sys.executable, "-m", "compare", "--program", spec, "--steps",
-       str(STEPS), "--windows", "1"],
+       str(STEPS), "--windows", "0"],
       cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
 
 

@@ -146,7 +146,7 @@ def test_a_teams_port_in_two_processes_ends_as_one(tmp_path):
   out = tmp_path / "report.json"
   done = _run("compare", "--program", "examples.resnet.prove:port",
               "--steps", "2",
-              "--windows", "1", "--processes", "2", "--devices", "4",
+              "--windows", "0", "--processes", "2", "--devices", "4",
               "--baseline", "--json", out)
   assert done.returncode == 0, done.stderr[-3000:]
   report = json.loads(out.read_text())
@@ -163,7 +163,7 @@ def test_a_step_pmapd_the_new_way_proves_in_two_processes(tmp_path):
   mistake fails at its step."""
   out = tmp_path / "report.json"
   flags = ("compare", "--program", "tests.toy_ports:broadcast_pmap_port",
-           "--steps", "4", "--windows", "1", "--processes", "2",
+           "--steps", "4", "--windows", "0", "--processes", "2",
            "--devices", "4")
   done = _run(*flags, "--baseline", "--json", out)
   assert done.returncode == 0, done.stderr[-3000:]
@@ -184,7 +184,7 @@ def test_a_late_mistake_fails_at_its_step_in_two_processes(strategy,
   change of the port's update at step 2 only is named at step 2."""
   out = tmp_path / "report.json"
   done = _run("compare", "--strategy", strategy, *STRATEGIES[strategy],
-              "--windows", "1", "--processes", "2", "--devices", DEVICES,
+              "--windows", "0", "--processes", "2", "--devices", DEVICES,
               "--negative-control", "update-1pct-at:2", "--json", out)
   assert done.returncode == 1, done.stderr[-3000:]
   report = json.loads(out.read_text())

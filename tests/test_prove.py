@@ -46,7 +46,8 @@ def test_the_example_proof_reports_every_run_and_check():
   assert report["lockstep"]["checked_steps"] == resnet.STEPS
   for run in report["runs"].values():
     assert run["test_accuracy"] > 0.3  # it learns: chance is 0.1
-    assert run["examples_per_s"] > 0 and run["state_digest"]
+    # Not timed: `assert_port_equivalent` takes no timing windows (CI).
+    assert run["examples_per_s"] is None and run["state_digest"]
     assert run["collectives"]["all-reduce"] >= 0
 
 
@@ -78,7 +79,7 @@ def test_a_one_step_mistake_near_the_end_of_the_full_run_fails_at_its_step():
 
 
 def test_prove_returns_a_report_the_cli_would_print(tmp_path):
-  proof = compare.prove(toy_ports.port(), windows=1)
+  proof = compare.prove(toy_ports.port(), windows=0)
   assert proof.verdict == "pass"
   assert "verdict: pass" in proof.table()
   proof.write_json(str(tmp_path / "report.json"))
@@ -86,10 +87,10 @@ def test_prove_returns_a_report_the_cli_would_print(tmp_path):
 
 
 def test_a_toy_port_without_reference_or_evaluate_is_judged_on_pmap():
-  proof = compare.prove(toy_ports.port(reference_step=None), windows=1)
+  proof = compare.prove(toy_ports.port(reference_step=None), windows=0)
   assert proof.passed and set(proof.report["runs"]) == {"pmap", "port"}
   assert proof.report["truth"] == "pmap"
-  failed = compare.prove(toy_ports.port(reference_step=None), windows=1,
+  failed = compare.prove(toy_ports.port(reference_step=None), windows=0,
                          control="update-1pct-at:5")
   assert failed.verdict == "fail" and failed.exit_code == 1
   assert failed.first_failure.startswith("first at step 5: port vs pmap")
@@ -121,7 +122,7 @@ def test_a_metric_pmap_reports_wrong_fails_at_its_step_naming_it(first_step):
   # Device 0's loss x 1.01 from step N (from the first, mid-run, the last):
   # the states stay bitwise, the metric is judged at every step.
   proof = compare.prove(toy_ports.pmap_metric_off_from(first_step),
-                        windows=1)
+                        windows=0)
   assert proof.verdict == "fail" and proof.exit_code == 1
   assert proof.first_failure.startswith(
       f"first at step {first_step}: port vs pmap, their steps from the "
@@ -130,9 +131,9 @@ def test_a_metric_pmap_reports_wrong_fails_at_its_step_naming_it(first_step):
 
 def test_a_train_state_pmapd_the_new_way_proves_as_written():
   # flax's imagenet example: `in_axes=(None, 0), out_axes=(None, 0)`.
-  proof = compare.prove(toy_ports.broadcast_pmap_port(), windows=1)
+  proof = compare.prove(toy_ports.broadcast_pmap_port(), windows=0)
   assert proof.verdict == "pass", proof.first_failure
-  late = compare.prove(toy_ports.broadcast_pmap_port(), windows=1,
+  late = compare.prove(toy_ports.broadcast_pmap_port(), windows=0,
                        control="update-1pct-at:7")
   assert late.first_failure.startswith("first at step 7: port vs pmap")
 
@@ -150,8 +151,8 @@ def test_fewer_steps_than_the_timing_batches_prove(steps):
 def test_batches_given_as_a_list_are_read_in_order():
   batch = toy_ports.batches()
   listed = compare.prove(toy_ports.port(batches=[batch(i) for i in range(12)]),
-                         windows=1)
-  called = compare.prove(toy_ports.port(), windows=1)
+                         windows=0)
+  called = compare.prove(toy_ports.port(), windows=0)
   assert listed.report["runs"]["port"]["state_digest"] == (
       called.report["runs"]["port"]["state_digest"])
   with pytest.raises(compare.PortError, match="3 batches for 12 steps"):

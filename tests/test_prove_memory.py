@@ -59,7 +59,7 @@ def _largest_census(monkeypatch, **prove_kwargs) -> float:
   for name in ("before_step", "after_step"):
     monkeypatch.setattr(lockstep.Lockstep, name,
                         counted(getattr(lockstep.Lockstep, name)))
-  proof = compare.prove(port, windows=1, **prove_kwargs)
+  proof = compare.prove(port, windows=0, **prove_kwargs)
   assert proof.verdict == "pass", proof.table()
   assert len(seen) == 6
   return max(seen)
@@ -120,7 +120,7 @@ def test_a_port_step_that_raises_fails_at_its_step(step):
   from tests import toy_ports  # pylint: disable=g-import-not-at-top
   right = toy_ports.port(steps=4)
   proof = compare.prove(toy_ports.port(
-      steps=4, port_step=_raising_at(step, right.port_step)), windows=1)
+      steps=4, port_step=_raising_at(step, right.port_step)), windows=0)
   assert proof.verdict == "fail" and proof.exit_code == 1
   assert proof.first_failure.startswith(
       f"first at step {step}: port's step raised where reference's ran: "
@@ -134,4 +134,4 @@ def test_pmap_raising_is_still_a_crash():
   right = toy_ports.port(steps=2)
   with pytest.raises(ValueError, match="planted"):
     compare.prove(toy_ports.port(
-        steps=2, pmap_step=_raising_at(2, right.pmap_step)), windows=1)
+        steps=2, pmap_step=_raising_at(2, right.pmap_step)), windows=0)

@@ -73,7 +73,7 @@ def _switched(tmp_path, strategy, switch_at):
   options = OPTIONS[strategy]
   code = cli.main(["--strategy", strategy, "--steps", str(STEPS),
                    "--workload", options["workload"], "--batch-size",
-                   str(options["global_batch"]), "--windows", "1",
+                   str(options["global_batch"]), "--windows", "0",
                    "--switch-at", str(switch_at), "--json", str(path)])
   return code, json.loads(path.read_text())
 

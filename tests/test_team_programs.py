@@ -48,7 +48,7 @@ WRONG_PORTS = {
 
 @pytest.mark.parametrize("name", sorted(WRONG_PORTS))
 def test_a_correct_port_passes(name):
-  proof = compare.prove(_program(name).port(steps=STEPS), windows=1)
+  proof = compare.prove(_program(name).port(steps=STEPS), windows=0)
   assert proof.verdict == "pass", proof.table()
 
 
@@ -56,7 +56,7 @@ def test_a_correct_port_passes(name):
     (name, wrong) for name, ports in sorted(WRONG_PORTS.items())
     for wrong in ports])
 def test_a_wrong_port_fails_at_its_step(name, wrong):
-  proof = compare.prove(_program(name).port(wrong, steps=STEPS), windows=1)
+  proof = compare.prove(_program(name).port(wrong, steps=STEPS), windows=0)
   assert proof.verdict == "fail"
   assert _first_step(proof) == WRONG_PORTS[name][wrong], proof.first_failure
 
@@ -69,7 +69,7 @@ def test_a_one_percent_plant_beside_a_rounding_noise_leaf_fails_at_its_step(
   # The convolution's bias before BatchNorm has no true gradient: its band
   # is its whole update. Judged over the whole state, it hid these plants.
   proof = compare.prove(linen_conv_bn.port(steps=STEPS), control=control,
-                        windows=1)
+                        windows=0)
   assert _first_step(proof) == step, proof.table()
   unjudged = proof.report["lockstep"]["unjudged_leaves"]
   assert list(unjudged) == ["['params']['Conv_0']['bias'] (16,)"]
@@ -83,10 +83,10 @@ def test_a_donating_multisteps_port_gets_a_verdict_at_step_one():
   # accumulated gradients were never compared, so psum-for-pmean showed
   # only at step 4, the first real update.
   right = compare.prove(linen_conv_bn.port(steps=STEPS, multi_steps=4),
-                        windows=1)
+                        windows=0)
   assert right.verdict == "pass", right.table()
   wrong = compare.prove(linen_conv_bn.port("psum_grads", steps=STEPS,
-                                           multi_steps=4), windows=1)
+                                           multi_steps=4), windows=0)
   assert _first_step(wrong) == 1, wrong.first_failure
   assert "acc_grads" in wrong.first_failure
 
@@ -99,7 +99,7 @@ def test_a_one_device_mesh_is_refused_unless_asked_for():
     compare.testing.assert_port_equivalent(port)
   # Asked for, it runs (and proves nothing about the collectives).
   assert compare.prove(port, steps=2, one_device=True,
-                       windows=1).verdict == "pass"
+                       windows=0).verdict == "pass"
 
 
 def test_a_port_init_whose_non_array_leaves_differ_is_refused():
@@ -120,7 +120,7 @@ def test_the_end_evaluates_the_final_shared_state():
   # evaluation of its final state is that evaluation, to the bit (run on
   # the initial state instead, it is not).
   proof = compare.prove(linen_conv_bn.port(steps=STEPS, with_eval=True),
-                        windows=1)
+                        windows=0)
   assert proof.verdict == "pass", proof.table()
   shared = proof.report["lockstep"]["shared_eval"]
   for key in ("test_loss", "test_accuracy"):
@@ -146,7 +146,7 @@ def test_a_tuple_states_second_element_is_compared_at_step_one():
           lambda x: x * 1.01 if x.dtype == "float32" else x, opt_state), loss
     return wrong
 
-  proof = compare.prove(optax_tuple.port(make_step, steps=4), windows=1)
+  proof = compare.prove(optax_tuple.port(make_step, steps=4), windows=0)
   assert _first_step(proof) == 1, proof.first_failure
   assert "most at ['params'][1]" in proof.first_failure
 
@@ -158,5 +158,5 @@ def test_a_plant_in_a_donating_multisteps_port_fails_at_the_first_update():
   # plants count optimiser steps: the first is the 4th call, where
   # MultiSteps updates the parameters.
   proof = compare.prove(linen_conv_bn.port(steps=STEPS, multi_steps=4),
-                        control="update-1pct-at:1", windows=1)
+                        control="update-1pct-at:1", windows=0)
   assert _first_step(proof) == 4, proof.first_failure

@@ -246,7 +246,7 @@ def test_a_flip_no_pmap_run_shares_passes_and_a_mistake_there_fails(tmp_path):
   # step 68 (338x the band) and the nudged retakes excuse it
   # (docs/jax-facts.md). Wherever it flips, it must pass.
   path = tmp_path / "einsum.json"
-  assert cli.main(["--strategy", "ensemble_data", "--windows", "1",
+  assert cli.main(["--strategy", "ensemble_data", "--windows", "0",
                    "--json", str(path)]) == 0
   pair = _jit_pair(json.loads(path.read_text()))
   over = pair["max_ratio"] > pair["allowed_ratio"]
@@ -255,7 +255,7 @@ def test_a_flip_no_pmap_run_shares_passes_and_a_mistake_there_fails(tmp_path):
   # there, whatever the retakes show (checked at every 17th step, 68 among
   # them: the steps between cannot move the verdict at 68).
   path = tmp_path / "planted.json"
-  assert cli.main(["--strategy", "ensemble_data", "--windows", "1",
+  assert cli.main(["--strategy", "ensemble_data", "--windows", "0",
                    "--steps", "69", "--check-every", "17",
                    "--negative-control",
                    "update-1pct-at:68", "--json", str(path)]) == 1

@@ -29,6 +29,10 @@ import numpy as np
 
 from compare._src.prove import equivalence
 from compare._src.prove import leaf_bands
+# `place` and `skeleton` are the lockstep's (tests patch them here).
+from compare._src.prove.placement import SKELETON_MAX_SIZE  # pylint: disable=unused-import
+from compare._src.prove.placement import place
+from compare._src.prove.placement import skeleton
 from shardport.strategies import perturbations
 from shardport.training.metrics import global_devices
 
@@ -114,14 +118,14 @@ class Lockstep:
     self.rows, self.perturbation = rows, perturbation
     self.checked, self.band, self.seconds = [], [], 0.0
     self.band_leaves = []  # per checked step: the calibration's leaf errors
-    self.metric_band, self.batch_rows = {}, None
-    self.shared_eval = None
+    self.metric_band, self.batch_rows, self.shared_eval = {}, None, None
     self.extra_steps = 0
     # Per run: the checked steps it started apart from the shared state,
     # and those it took its extra step from it at (they must be the same).
     self.apart = {name: [] for name in self.runs}
     self.stepped = {name: [] for name in self.runs}
     self._calibration = None  # the truth's calibration step, host arrays
+    self._truth_before = None
     # Each run's host state before the step: the shared state at step 1 is
     # the common initial state, which every run should hold bitwise.
     for run in self.runs.values():
@@ -142,14 +146,18 @@ class Lockstep:
     return sum(self.is_checked(t) for t in range(1, self.steps + 1))
 
   def before_step(self, t: int, host_batch) -> None:
-    """Takes the truth's calibration step t now, from its own state on the
-    devices, before its free-running step may donate that state: no copy
-    of the state outlives the calibration step (issue 57)."""
+    """Takes the truth's calibration step t now, from its own state, before
+    its own step may donate it: no copy outlives the calibration step."""
     self._before = {name: run.host for name, run in self.runs.items()}
     self._shared = self.reference.host
     if self.is_checked(t):
       start = time.perf_counter()
       self._calibration = self._calibration_step(t, host_batch)
+      # A truth the host cannot place (our strategies' one-device
+      # references) keeps its own state for its nudged retakes.
+      if not hasattr(self.reference.module, "from_host"):
+        self._truth_before = jax.tree.map(lambda x: x.copy(),
+                                          self.reference.state)
       self.seconds += time.perf_counter() - start
 
   def after_step(self, t: int, host_batch) -> None:
@@ -162,6 +170,7 @@ class Lockstep:
         # Reported only for a pair that was bitwise for some steps.
         pair.stopped_bitwise_at = t if t > 1 else None
     if not self.is_checked(t):
+      self._before = {}  # the last step's host states: let go
       return
     start = time.perf_counter()
     for name, before in self._before.items():
@@ -194,6 +203,7 @@ class Lockstep:
     for run, errors in self.nudged_errors.items():
       errors.append(self._nudged_error(run, t, host_batch, results))
     self.checked.append(t)
+    self._before, self._truth_before = {}, None
     self.seconds += time.perf_counter() - start
 
   def evaluate_shared(self, steps: int, evaluate) -> None:
@@ -258,9 +268,10 @@ class Lockstep:
     steps = []
     for i, ulps in enumerate(NUDGE_ULPS):
       batch = perturbations.nudged_by(host_batch, ulps, seed=(t, i))
-      # Every run, the truth too, from the shared state placed anew: its
-      # own device state is gone (donated) by now.
-      state = place(run, self._shared, t - 1)
+      # The shared state placed anew: the truth's own may be donated by now.
+      state = (jax.tree.map(lambda x: x.copy(), self._truth_before)
+               if run is self.reference and self._truth_before is not None
+               else place(run, self._shared, t - 1))
       state, _ = run.step(state, run.module.put_batch(self.rows(run, batch),
                                                       run.placement))
       self.extra_steps += 1
@@ -367,34 +378,3 @@ def flip_limit(checked_steps: int) -> int:
   """How many checked steps a pair of two programs may part at by a
   rounding flip: one, or 5% of the checked steps (`FLIP_SHARE`)."""
   return max(1, int(FLIP_SHARE * checked_steps))
-
-
-# Leaves up to this size are kept whole in a run's `initial`: step counters,
-# keys, a MultiSteps gradient step; `from_host` reads their values.
-SKELETON_MAX_SIZE = 64
-
-
-def skeleton(state):
-  """What `from_host` takes of a run's initial state (`like`): its static
-  fields, its small leaves (copied: the step may donate them) and each large
-  leaf's shape, dtype and sharding, not a copy of the devices' state."""
-  def leaf(x):
-    if not isinstance(x, jax.Array):
-      return x
-    if x.size > SKELETON_MAX_SIZE:
-      return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
-    return x.copy()
-  return jax.tree.map(leaf, state)
-
-
-def place(run, host, step: int):
-  """The host state `host` (after `step` optimiser steps) as `run`'s train
-  state: the run places its own view (`to_host`) itself (`from_host`: our
-  programs through their checkpoint layout, a `Port`'s runs every leaf as
-  the program holds it). The compiled step is specialised to the state's
-  pytree metadata (the optimiser object): the run's own, with the placed
-  leaves."""
-  state = run.module.from_host(host, run.placement, run.initial, step,
-                               run.calls)
-  return jax.tree.unflatten(jax.tree.structure(run.state),
-                            jax.tree.leaves(state))
