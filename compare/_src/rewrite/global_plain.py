@@ -8,6 +8,7 @@ decides, before writing, whether a file can be written so and with what
 the file then gets `GlobalRewriter`'s helpers, as before.
 """
 
+import ast
 import dataclasses
 
 import libcst as cst
@@ -31,6 +32,8 @@ class Plan:
   vma: dict
   reason: str | None = None  # why the file keeps the helpers
   inline: tuple = ()  # the shardings one placement names: written there
+  loads: dict = dataclasses.field(default_factory=dict)  # name -> reads
+  edits: dict = dataclasses.field(default_factory=dict)  # `PlainRewriter`
 
 
 def plan(wrapper, ports, steps, axes_count, source) -> Plan:
@@ -72,7 +75,27 @@ def plan(wrapper, ports, steps, axes_count, source) -> Plan:
         f"placed with P(); under jax's check that "
         "gradient arrives summed over the mesh and the step's own pmean "
         "would leave it N times too large (docs/MIGRATION.md#trap-gradient)")
-  return Plan({}, vma, reason)
+  loads = {}
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+      loads[node.id] = loads.get(node.id, 0) + 1
+  defined = {n.name for n in ast.parse(source).body
+             if isinstance(n, ast.FunctionDef)}
+  return Plan({}, vma, reason, loads={n: c for n, c in loads.items()
+                                      if n in defined})
+
+
+def _own_function(fun, loads) -> str | None:
+  """The module-level function a pmap maps (`f`, or `functools.partial(f,
+  k=v)`: keywords only, the positions stay the function's) where that
+  pmap is the one read of it, else None."""
+  if isinstance(fun, cst.Call) and rewrite_pmap.dotted(fun.func) in (
+      "functools.partial", "partial") and fun.args and all(
+          a.keyword is not None for a in fun.args[1:]):
+    fun = fun.args[0].value
+  if isinstance(fun, cst.Name) and loads.get(fun.value) == 1:
+    return fun.value
+  return None
 
 
 def _keyword_calls(module, step_names) -> str | None:
@@ -100,6 +123,8 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
     self.unplain = None
     self.uses_functools = False
     self.shardings = {}  # R, B -> how many placements name it
+    # Functions only an assigned pmap reads: pmap's view goes in their body.
+    self.edits = {}
 
   def _sharding(self, kind) -> str:
     # Named where two placements share it, written in place where one.
@@ -141,14 +166,43 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
   def _template(self, named, line):
     parts, donate, stacked_args, stacked_outs = self._parts(named, line)
     if stacked_args or stacked_outs:
-      self.unplain = (f"the step at line {line} takes or returns values in "
-                      "pmap's stacked layout and is no decorator of its own "
-                      "function (its view would change other callers)")
-    return global_written.step_expression(rewrite_pmap.FUN, parts, donate)
+      name = _own_function(named["fun"], self._plan.loads)
+      if name is None:
+        self.unplain = (
+            f"the step at line {line} takes or returns values in pmap's "
+            "stacked layout, and its function is read elsewhere too (pmap's "
+            "view written in its body would change those reads)")
+      else:  # written in its body (the next pass: `Plan.edits`)
+        self.edits[name] = (stacked_args, stacked_outs)
+        self._viewed(line, stacked_args, stacked_outs)
+    # Wrapped on the function's own source, then templated as the first
+    # step's ports are (`rewrite_pmap.Port`); the target's own `x = `
+    # and indentation unknown here, a margin for them.
+    fun_code = self._code(named["fun"])
+    return global_written.step_expression(
+        fun_code, parts, donate, 70).replace(fun_code, rewrite_pmap.FUN, 1)
+
+  def _viewed(self, line, stacked_args, stacked_outs):
+    # The pmap's own finding says where pmap's view stays, and how.
+    self.findings[-1] = Finding(line, "changed", self.findings[-1].text + (
+        "; pmap's per-device view of its "
+        + ", ".join([f"argument {i}" for i in stacked_args]
+                    + [f"output {j}" if j is not None else "output"
+                       for j in sorted(stacked_outs, key=str)])
+        + " (stacked or read per device by the program) written as a "
+        "line in its body, no helper"))
 
   def leave_FunctionDef(self, original, updated):
     pmaps = [d for d in original.decorators
              if self.is_pmap_decorator(d.decorator)]
+    if not pmaps and updated.name.value in self._plan.edits:
+      viewed = global_written.per_device(
+          updated, *self._plan.edits[updated.name.value])
+      if viewed is None:
+        self.unplain = (f"{updated.name.value}'s parameters or return "
+                        "cannot take pmap's view in its body")
+        return updated
+      return viewed
     if not pmaps or len(original.decorators) > 1:
       return super().leave_FunctionDef(original, updated)
     expr = updated.decorators[0].decorator
@@ -167,14 +221,7 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
                         "cannot take pmap's view in its body")
         return updated
       updated = viewed
-      # The pmap's own finding says where pmap's view stays, and how.
-      self.findings[-1] = Finding(line, "changed", self.findings[-1].text + (
-          "; pmap's per-device view of its "
-          + ", ".join([f"argument {i}" for i in stacked_args]
-                      + [f"output {j}" if j is not None else "output"
-                         for j in sorted(stacked_outs, key=str)])
-          + " (stacked or read per device by the program) written as a "
-          "line in its body, no helper"))
+      self._viewed(line, stacked_args, stacked_outs)
     self.uses_functools = True
     self.ports.append(rewrite_pmap.Port(line, updated.name.value, ""))
     column = self.get_metadata(metadata.PositionProvider,
@@ -197,7 +244,8 @@ def write(wrapper, module, first, steps, replace, axis, known, declared,
                          declared and declared.name, plain=plain)
   new = wrapper.visit(writer)
   plain.inline = tuple(k for k, n in writer.shardings.items() if n == 1)
-  if plain.inline:
+  plain.edits = writer.edits
+  if plain.inline or plain.edits:
     writer = PlainRewriter(aliases, steps, replace, axis, known,
                            declared and declared.name, plain=plain)
     new = wrapper.visit(writer)

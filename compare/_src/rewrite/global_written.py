@@ -229,12 +229,12 @@ def shard_map_parts(mesh_name, in_code, out_code, vma: bool) -> list[str]:
           f"out_specs={out_code}"] + ([] if vma else ["check_vma=False"])
 
 
-def step_expression(fun_code, parts, donate) -> str:
+def step_expression(fun_code, parts, donate, width=79) -> str:
   """`jax.jit(jax.shard_map(fun, ...))` for an assigned pmap."""
   last = parts[-1] + ")" + ("" if donate is None
                             else f", donate_argnums={donate}")
   return wrapped("jax.jit(jax.shard_map", [fun_code, *parts[:-1], last],
-                 "    ")
+                 "    ", width)
 
 
 def step_decorators(parts, donate, width=79) -> list[str]:

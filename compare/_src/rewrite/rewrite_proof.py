@@ -90,6 +90,22 @@ def _port_of_local_pmap(port, source: pathlib.Path, target: pathlib.Path,
              for node in ast.walk(ast.parse(text))
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
              and node.func.id == "_pmap_call"]
+  if not written:  # `--global` without helpers: jax.jit(jax.shard_map(...))
+    written = [ast.get_source_segment(text, node)
+               for node in ast.walk(ast.parse(text))
+               if isinstance(node, ast.Call) and ast.unparse(node.func)
+               == "jax.jit" and node.args and isinstance(node.args[0],
+                                                         ast.Call)
+               and ast.unparse(node.args[0].func) == "jax.shard_map"]
+    # Its function may hold pmap's view in its body now: the written
+    # module's, bound as the Port's is; the mesh is the module's.
+    module = _rewritten_module(target)
+    helpers = vars(module)
+    own = getattr(module, name, None)
+    if isinstance(fun, functools.partial) and own is not None:
+      fun = functools.partial(own, *fun.args, **fun.keywords)
+    elif own is not None:
+      fun = own
   written = [w for w in written if mentions.search(w)]
   # The function's source as written there (LibCST may re-indent it).
   fun_code = re.compile(r"\s*".join(
