@@ -10,6 +10,7 @@ import pytest
 from compare._src.prove import equivalence
 from shardport.strategies import tolerances
 
+# pylint: disable=protected-access
 F32 = np.float32
 
 
@@ -53,9 +54,9 @@ def test_a_differing_step_counter_or_a_non_finite_value_is_infinite():
 
 
 def test_the_update_of_a_non_float_leaf_is_zero_and_of_a_float_its_largest():
-  assert equivalence._update(np.int32(5), np.int32(3)) == 0.0  # pylint: disable=protected-access
-  assert equivalence._update(F32([1.0, -3.0]), F32([0.5, 0.0])) == 3.0  # pylint: disable=protected-access
-  assert equivalence._update(F32([]), F32([])) == 0.0  # pylint: disable=protected-access
+  assert equivalence._update(np.int32(5), np.int32(3)) == 0.0
+  assert equivalence._update(F32([1.0, -3.0]), F32([0.5, 0.0])) == 3.0
+  assert equivalence._update(F32([]), F32([])) == 0.0
 
 
 def test_the_drifts_difference_is_the_largest_over_the_leaves():
@@ -98,22 +99,22 @@ def test_the_step_metrics_gaps_are_each_largest_difference_and_magnitude():
 
 def test_a_leafs_statistics_and_tolerance():
   tol = tolerances.Tolerance(rtol=1e-2, atol=1e-3)
-  stats = equivalence._leaf_stats(  # pylint: disable=protected-access
+  stats = equivalence._leaf_stats(
       F32([1.0, -100.0, 0.0]), F32([1.005, -100.0, 0.1]), tol)
   # atol is of the leaf's largest (100): 0.1 allowed at 0.0.
   assert stats["bitwise"] is False and stats["close"] is True
   assert stats["max_abs"] == pytest.approx(0.1, rel=1e-6)
   assert stats["max_rel"] == pytest.approx(1.0)
   assert stats["max_ulp"] > 0
-  edge = equivalence._leaf_stats(F32([1.0]), F32([2.0]),  # pylint: disable=protected-access
+  edge = equivalence._leaf_stats(F32([1.0]), F32([2.0]),
                                  tolerances.Tolerance(rtol=1.0, atol=0.0))
   assert edge["close"] is True  # a difference of exactly what is allowed
-  nan = equivalence._leaf_stats(F32([np.nan, 1.0]), F32([1.0, 1.0]), tol)  # pylint: disable=protected-access
+  nan = equivalence._leaf_stats(F32([np.nan, 1.0]), F32([1.0, 1.0]), tol)
   assert (nan["close"], nan["max_abs"], nan["max_rel"]) == (
       False, float("inf"), float("inf"))
-  zero = equivalence._leaf_stats(F32([1e-3]), F32([0.0]), tol)  # pylint: disable=protected-access
+  zero = equivalence._leaf_stats(F32([1e-3]), F32([0.0]), tol)
   assert zero["max_rel"] == pytest.approx(1e-3 / 1e-30, rel=1e-6)
-  empty = equivalence._leaf_stats(F32([]), F32([]), tol)  # pylint: disable=protected-access
+  empty = equivalence._leaf_stats(F32([]), F32([]), tol)
   assert (empty["max_abs"], empty["max_rel"], empty["max_ulp"]) == (
       0.0, 0.0, 0)
 

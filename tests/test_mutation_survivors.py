@@ -75,6 +75,7 @@ def test_bands_while_the_run_goes_on_are_each_leafs_median_so_far():
 # lockstep: which steps are checked, the flip limit, a run's skeleton.
 
 
+# pylint: disable=protected-access
 def _lockstep(check_every, steps):
   checks = object.__new__(lockstep.Lockstep)  # no runs: the plan alone
   checks.check_every, checks.steps = check_every, steps
@@ -84,9 +85,9 @@ def _lockstep(check_every, steps):
 def test_step_1_every_nth_step_and_the_last_are_checked():
   checks = _lockstep(10, 25)
   assert [t for t in range(1, 26) if checks.is_checked(t)] == [1, 10, 20, 25]
-  assert checks._planned_checks() == 4  # pylint: disable=protected-access
+  assert checks._planned_checks() == 4
   assert not any(_lockstep(None, 5).is_checked(t) for t in range(1, 6))
-  assert _lockstep(1, 3)._planned_checks() == 3  # pylint: disable=protected-access
+  assert _lockstep(1, 3)._planned_checks() == 3
 
 
 def test_two_programs_may_part_at_one_checked_step_or_5_percent():

@@ -126,7 +126,8 @@ def _checks(pairs, port_runs=("jit",), **more):
   return {"multiple": 10.0, "band": 1e-5, "checked_steps": steps,
           "steps": list(range(1, steps + 1)), "port_runs": list(port_runs),
           "flip_limit": lockstep.flip_limit(steps), "witness": "pmap",
-          "pairs": {name: {"errors": [r * 1e-5 for r in ratios],
+          "pairs": {name: {"errors": [None if r is None else r * 1e-5
+                                      for r in ratios],
                            "ratios": ratios, "stopped_bitwise_at": None}
                     for name, ratios in pairs.items()}, **more}
 
@@ -171,3 +172,40 @@ def test_the_step_metrics_entry_holds_each_largest_gap_and_the_first_fail():
   at_edge["pairs"]["pmap~reference"]["metric_gaps"] = [
       {"loss": [verdicts.METRIC_RTOL, 1.0]}]
   assert verdicts.lockstep(None, at_edge)[0]["metric_fail"] is None
+
+
+def test_the_lockstep_entry_in_full():
+  # Two steps over: more than one flip in 3 checked steps can explain.
+  checks = _checks({"pmap~reference": [2.0, 40.0, 30.0]}, port_runs=(),
+                   judged_leaves=["w"], leaves=["w", "b"],
+                   unjudged_leaves={"b": 0.5})
+  checks["pairs"]["pmap~reference"]["stopped_bitwise_at"] = 4
+  result = verdicts.lockstep(None, checks)[0]
+  assert result == {
+      "a": "pmap", "b": "reference", "at": "lockstep", "verdict": "differ",
+      "max_error": pytest.approx(40e-5), "max_ratio": 40.0,
+      "worst_step": 2, "first_fail_step": 2, "first_fail_ratio": 40.0,
+      # No leaf named per step: none is named at the failure.
+      "first_fail_leaf": "", "flip_steps": [], "metric_max_gap": {},
+      "metric_fail": None, "allowed_ratio": 10.0, "judged_leaves": ["w"],
+      "leaves": ["w", "b"], "unjudged_leaves": {"b": 0.5},
+      "stopped_bitwise_at": 4}
+  bare = verdicts.lockstep(None, _checks({"pmap~reference": [1.0]},
+                                         port_runs=()))[0]
+  assert (bare["judged_leaves"], bare["leaves"], bare["unjudged_leaves"]) == (
+      None, None, {})
+
+
+def test_a_step_no_run_took_is_no_error_and_no_ratio():
+  # A step a pair did not take (None) is NaN to the verdict: never over.
+  checks = _checks({"pmap~reference": [2.0, None, 40.0]}, port_runs=("pmap",))
+  result = verdicts.lockstep(None, checks)[0]
+  assert result["verdict"] == "differ" and result["first_fail_step"] == 3
+
+
+def test_each_metrics_largest_gap_is_over_every_step_not_the_last():
+  checks = _checks({"pmap~reference": [0.0, 0.0]}, port_runs=())
+  checks["pairs"]["pmap~reference"]["metric_gaps"] = [
+      {"loss": [5e-5, 1.0]}, {"loss": [1e-5, 1.0]}]
+  result = verdicts.lockstep(None, checks)[0]
+  assert result["metric_max_gap"] == {"loss": pytest.approx(5e-5)}

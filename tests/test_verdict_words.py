@@ -164,3 +164,28 @@ def test_with_checks_the_first_step_is_judged_against_the_band(
   assert result["band_leaf"] == "['w'] (4,)"
   assert result["allowed_ratio"] == 10.0
   assert (result["verdict"], result["flip_steps"]) == (verdict, flips)
+
+
+def _first(moved, checks):
+  start, firsts = _firsts(np.float32(moved))
+  return verdicts.first_step(STRATEGY, [("jit", "pmap")], firsts,
+                             {**checks, "initial": start})[0]
+
+
+def test_a_first_step_at_exactly_the_multiple_is_within_the_band():
+  checks = _checks([0.0, 0.0, 0.0])
+  checks["judged"]["bands"] = {"['w'] (4,)": 0.5}
+  result = _first(5.0, checks)  # 5.0 / 1.0 of the update: 10x a 0.5 band
+  assert result["band_ratio"] == 10.0 and result["verdict"] == "close"
+
+
+def test_lockstep_must_have_checked_step_1_and_the_pair_to_excuse_it():
+  # Checks that name no run apart and hold no such pair: nothing to excuse.
+  checks = _checks([500.0, 0.0, 0.0])
+  del checks["apart"], checks["pairs"]
+  assert _first(0.5, checks)["verdict"] == "differ"
+  # Step 1 is the first of the checked steps wherever the next lie.
+  spread = {**_checks([500.0, 0.0, 0.0]), "steps": [1, 10, 20]}
+  assert _first(0.5, spread)["flip_steps"] == [1]
+  unchecked = {**_checks([500.0, 0.0, 0.0]), "steps": [2, 3, 4]}
+  assert _first(0.5, unchecked)["verdict"] == "differ"
