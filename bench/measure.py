@@ -52,6 +52,8 @@ SCRIPTS = {"traps": ["-m", "docs.traps"],
                                     "--global"],
            # ... and our examples to global arrays, proved by their Ports.
            "rewrite_examples": ["-m", "bench.rewrite_examples_runs"],
+           # --global on every input it writes a step for (issue 58).
+           "rewrite_global": ["-m", "bench.rewrite_global_runs"],
            # The issue 13 utilisation target's workload: 28x28 inputs.
            "utilisation": ["-m", "compare", "--strategy", "data_parallel",
                            "--dataset", "synthetic:28x28", "--steps", "30",

@@ -11,6 +11,7 @@ longer refuses the file: the rest is rewritten and the function named.
 
 import pathlib
 import re
+import types
 
 import libcst as cst
 
@@ -138,3 +139,30 @@ def test_the_tutorial_reads_its_pmeaned_loss_as_one_value(tmp_path, capsys):
   assert "float(loss)" in text and "loss[0]" not in text
   assert "out_specs=jax.P()" in text
   assert_idiomatic(TUTORIAL, port)
+
+
+def test_the_hand_written_port_prints_the_tutorials_numbers():
+  """docs/REWRITE.md shows it beside the tool's output: it must be a port."""
+  expert = INPUTS / "tutorial_expert_port.py"
+  assert "_pmap_" not in expert.read_text()
+  assert _script_output(expert) == _script_output(TUTORIAL)
+
+
+def test_the_written_mesh_holds_pmaps_devices_in_pmaps_order():
+  """On many processes pmap's axis runs over every process's devices, each
+  process's together, in process order (`_pmap_mesh`): the module-level
+  mesh's device list, evaluated on devices whose ids interleave the
+  processes, is that list."""
+  block = global_written.mesh_block('"i"', {"mesh": "mesh"})
+  listed = re.search(r"Mesh\(\s*(.*), \(\"i\",\)\)", block, re.S)[1]
+  devices = [types.SimpleNamespace(id=i, process_index=p)
+             for i, p in enumerate([1, 0, 1, 0, 2, 2, 0, 1])]
+
+  def local_devices(process_index=0):
+    return [d for d in devices if d.process_index == process_index]
+
+  jax = types.SimpleNamespace(devices=lambda: list(devices),
+                              local_devices=local_devices,
+                              process_count=lambda: 3)
+  pmaps = [d for p in range(3) for d in local_devices(process_index=p)]
+  assert eval(listed, {"jax": jax}) == pmaps  # pylint: disable=eval-used

@@ -208,7 +208,8 @@ _KINDS = {"traps": TrapsSource, "dispatch": DispatchSource,
                            "sweep", "ensemble_runs", "lockstep", "verdict_grid",
                            "verdict_grid_original", "rewrite", "jit_ports",
                            "team_programs", "real_programs",
-                           "real_programs_global", "rewrite_examples"),
+                           "real_programs_global", "rewrite_examples",
+                           "rewrite_global"),
                           Source)}
 # Anything else under docs/measured/ is a `python -m compare` report.
 

@@ -120,7 +120,7 @@ def is_tree_index0(node) -> bool:
 
 def is_tree_to_global(node) -> bool:
   """`jax.tree.map(ocp.utils.fully_replicated_host_local_array_to_global_array,
-  tree)` (flax wmt's and lm1b's, before Orbax saves a pmap state): of a
+  tree)` (flax wmt's, before Orbax saves a pmap state): of a
   value placed with `P()` it is that value again, on a mesh of
   `jax.devices()` (docs/jax-facts.md), so the read keeps it as it is."""
   return (isinstance(node, cst.Call) and rewrite_pmap.dotted(node.func)

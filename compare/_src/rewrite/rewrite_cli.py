@@ -27,6 +27,14 @@ from compare._src.rewrite import stacked_calls
 from compare._src.rewrite.rewrite_file import RewriteError
 
 EXIT_DONE, EXIT_PERSON, EXIT_USAGE, EXIT_CRASH = 0, 1, 2, 4
+# A global step written without helpers waits for nothing: the program
+# needs no wait, its tests on emulated CPU devices may (docs/REWRITE.md).
+MESH = "on the module's mesh"
+CPU_WAIT = ("the written program waits for no step (no wait is needed on "
+            "real devices): a test running it on emulated CPU devices waits "
+            "for each step it does not read (jax.block_until_ready(out)): "
+            "many steps with collectives queued unread can abort XLA:CPU's "
+            "rendezvous, pmap's program too (docs/REWRITE.md#cpu-wait)")
 _KIND = {"changed": "changed", "person": "NEEDS A PERSON", "kept": "kept",
          "left": "left"}
 
@@ -275,6 +283,9 @@ def report_lines(results, global_step: bool = False) -> list[str]:
                  + (f", {public} public function(s) now taking or returning "
                     "global arrays (callers in other files: out of view)"
                     if public else ""))
+    if any(f.text.startswith("pmap over") and MESH in f.text
+           for _, _, rewrite in results if rewrite for f in rewrite.findings):
+      lines.append(CPU_WAIT)
     return lines
   lines.append(f"{pmaps} pmap(s) rewritten, "
                + (f"{removed} call(s) jax 0.10 removed rewritten, "

@@ -1,0 +1,166 @@
+"""`--global` on every program the rewrite is tested on, measured (issue 58).
+
+    python -m bench.rewrite_global_runs --json docs/measured/rewrite_global.json
+
+For each input of tests/rewrite_inputs that `--global` writes a step for
+(the pmap tutorial, JAX's SPMD MNIST on a synthetic `datasets.mnist()`, the
+flax-examples-style script, a steps module, a stax steps module, a step
+factory): `python -m compare.rewrite FILE -o OUT --global [--prove PORT]`,
+then the written file read (lines before and after, lines added and removed
+by a diff, `_pmap_` names, `block_until_ready` calls it did not have) and,
+for a script, the original and the port run on 8 emulated CPU devices and
+every number they print compared. A steps module prints nothing: its
+Port's `--prove` is its check. One row per program, one markdown table.
+"""
+
+import argparse
+import difflib
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+INPUTS = ROOT / "tests" / "rewrite_inputs"
+PORTS = "tests.rewrite_inputs"
+# (program, its Port for --prove or None, runs as a script)
+PROGRAMS = (
+    ("tutorial_linear_regression", f"{PORTS}.rewrite_ports:tutorial_port",
+     True),
+    ("jax_spmd_mnist", None, True),
+    ("flax_style_train", f"{PORTS}.rewrite_ports:flax_style_port", True),
+    ("steps_module", f"{PORTS}.steps_module_port:port", False),
+    ("steps_module_stax", f"{PORTS}.steps_module_port:update_port", False),
+    ("steps_factory", f"{PORTS}.steps_module_port:factory_port", False))
+NUMBER = re.compile(r"-?\d+\.\d+(?:e[-+]?\d+)?|-?\d+")
+# The scripts import nothing of this repository (MNIST's `examples` is the
+# synthetic one beside it).
+_ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "JAX_PLATFORMS": "cpu"}
+
+
+def _run(args, cwd):
+  return subprocess.run([sys.executable, *args], cwd=cwd, env=_ENV,
+                        text=True, capture_output=True, timeout=900,
+                        check=False)
+
+
+def _numbers(stdout: str) -> list[str]:
+  """Every number a script prints, its wall times left out (MNIST's
+  'Epoch N in T sec')."""
+  lines = [l for l in stdout.splitlines() if " sec" not in l]
+  return NUMBER.findall("\n".join(lines))
+
+
+def _mnist_folder(folder: pathlib.Path) -> None:
+  """A synthetic `examples.datasets` beside the copied MNIST example, as
+  tests/test_rewrite_global_elsewhere.py gives it."""
+  from tests import test_rewrite_global_elsewhere  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  (folder / "examples").mkdir()
+  (folder / "examples" / "__init__.py").write_text("")
+  (folder / "examples" / "datasets.py").write_text(
+      test_rewrite_global_elsewhere.MNIST)
+
+
+def measure_one(name, port, script, folder: pathlib.Path) -> dict:
+  source = folder / f"{name}.py"
+  shutil.copyfile(INPUTS / f"{name}.py", source)
+  if name == "jax_spmd_mnist":
+    _mnist_folder(folder)
+  target = folder / f"{name}_global.py"
+  # The repository's file where a Port names it (its pmap_step is that
+  # module's); the copy beside its data otherwise.
+  given = INPUTS / f"{name}.py" if port else source
+  done = _run(["-m", "compare.rewrite", str(given), "-o", str(target),
+               "--global"] + (["--prove", port, "--steps", "3"]
+                              if port else []), ROOT)
+  before, after = source.read_text(), target.read_text()
+  diff = list(difflib.unified_diff(before.splitlines(), after.splitlines(),
+                                   lineterm="", n=0))
+  added = sum(1 for l in diff if l.startswith("+") and not l.startswith("+++"))
+  removed = sum(1 for l in diff if l.startswith("-")
+                and not l.startswith("---"))
+  verdict = re.findall(r"^verdict: (\w+)", done.stdout, re.M)
+  diff_text = "\n".join(diff[2:])
+  row = {"program": f"tests/rewrite_inputs/{name}.py", "diff": diff_text,
+         "pmaps": len(re.findall(r": changed: pmap over", done.stdout)),
+         "exit": done.returncode,
+         "lines_before": len(before.splitlines()),
+         "lines_after": len(after.splitlines()),
+         "added": added, "removed": removed,
+         "pmap_names": len(re.findall(r"\b_pmap_\w+", after)),
+         "waits_added": after.count("block_until_ready")
+                        - before.count("block_until_ready"),
+         "prove": verdict[-1] if verdict else ("-" if not port else "none"),
+         "left": len(re.findall(r": left: ", done.stdout))}
+  if script:
+    original, port_run = _run([source.name], folder), _run([target.name],
+                                                           folder)
+    numbers = _numbers(original.stdout)
+    row["numbers"] = len(numbers)
+    row["numbers_equal"] = (original.returncode == port_run.returncode == 0
+                            and numbers == _numbers(port_run.stdout)
+                            and bool(numbers))
+  return row
+
+
+def table(rows) -> str:
+  head = ("| program | pmaps | lines before → after (added, removed) | "
+          "net per pmap | `_pmap_` names | waits added | printed numbers "
+          "equal | `--prove` |\n|---|---|---|---|---|---|---|---|")
+  body = []
+  for r in rows:
+    numbers = (f"{'yes' if r['numbers_equal'] else 'NO'} ({r['numbers']})"
+               if "numbers" in r else "- (prints nothing: a steps module)")
+    net = (r["lines_after"] - r["lines_before"]) / max(r["pmaps"], 1)
+    body.append(
+        f"| `{r['program']}` | {r['pmaps']} | {r['lines_before']} → "
+        f"{r['lines_after']} (+{r['added']}, -{r['removed']}) | {net:+.0f} "
+        f"| {r['pmap_names']} | {r['waits_added']} | {numbers} | "
+        f"{r['prove']} |")
+  return head + "\n" + "\n".join(body)
+
+
+def measure() -> dict:
+  import jax  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  rows = []
+  for name, port, script in PROGRAMS:
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="shardport-global-"))
+    try:
+      rows.append(measure_one(name, port, script, folder))
+    finally:
+      shutil.rmtree(folder, ignore_errors=True)
+    print(rows[-1], flush=True)
+  tutorial = rows[0]["diff"]
+  return {"tutorial_diff_block": "\n".join(
+      f"    {line}" for line in tutorial.splitlines()),
+          "what": "python -m compare.rewrite FILE --global [--prove PORT "
+                  "--steps 3] on each input of tests/rewrite_inputs it "
+                  "writes a step for; scripts run on 8 emulated CPU devices",
+          "command": "python -m bench.rewrite_global_runs --json "
+                     "docs/measured/rewrite_global.json",
+          "jax_version": jax.__version__, "rows": rows,
+          "table": table(rows)}
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--json", required=True)
+  args = parser.parse_args(argv)
+  record = measure()
+  pathlib.Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
+  print(record["table"])
+  ok = all(r["pmap_names"] == 0 and r["waits_added"] <= 0
+           and r["lines_after"] - r["lines_before"] <= 10 * max(r["pmaps"], 1)
+           and r.get("numbers_equal", True) and r["prove"] in ("pass", "-")
+           for r in record["rows"])
+  return 0 if ok else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())
