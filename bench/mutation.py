@@ -293,14 +293,34 @@ def _print_row(row):
     print(f"  triaged as killed, yet survives: {name}")
 
 
+def read_triage(triage: dict) -> tuple[list[str], dict]:
+  """Without mutmut (cheap): the entries whose module is not one measured,
+  whose function is not in today's source, or that judge nothing; and the
+  entries' names by module."""
+  problems, by_module = [], {}
+  for name, entry in triage.items():
+    short = name.split(".")[3]
+    if short not in MODULES:
+      problems.append(f"{name}: {short} is not a module measured")
+      continue
+    by_module.setdefault(short, []).append(name)
+    # mutmut's names: x_FUNCTION__mutmut_N, or xǁCLASSǁMETHOD__mutmut_N.
+    function = name.split(".")[-1].split("__mutmut_")[0].split("ǁ")[-1]
+    function = function[2:] if function.startswith("x_") else function
+    source = (ROOT / MODULES[short][0]).read_text()
+    if f"def {function}(" not in source:
+      problems.append(f"{name}: no function {function} in {short}")
+    if ("equivalent" in entry) == ("killed_by" in entry) or not entry.get(
+        "line"):
+      problems.append(f"{name}: needs its `line` and one of `equivalent`, "
+                      "`killed_by`")
+  return problems, by_module
+
+
 def check_triage(triage: dict) -> list[str]:
   """The triage entries that name no mutant of today's source, or whose
   recorded line is not that mutant's (the source moved under it)."""
-  problems, by_module = [], {}
-  for name, entry in triage.items():
-    by_module.setdefault(name.split(".")[3], []).append(name)
-    if ("equivalent" in entry) == ("killed_by" in entry):
-      problems.append(f"{name}: needs one of `equivalent`, `killed_by`")
+  problems, by_module = read_triage(triage)
   with tempfile.TemporaryDirectory() as tmp:
     for short, names in by_module.items():
       path = MODULES[short][0]

@@ -6,8 +6,6 @@ import pathlib
 import subprocess
 import sys
 
-import pytest
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -53,12 +51,14 @@ def test_the_mutation_bench_says_how_to_run_it_within_100_columns():
   assert max(len(line) for line in done.stdout.splitlines()) <= 100
 
 
-def test_each_triaged_survivor_names_a_mutant_of_todays_source():
-  # An entry whose mutant the source no longer makes (its line moved) would
-  # excuse some other mutant, or none: `--check-triage` regenerates the
-  # triaged modules' mutants (mutmut, the `mutation` extra) and compares.
-  pytest.importorskip("mutmut")
-  done = subprocess.run(
-      [sys.executable, "-m", "bench.mutation", "--check-triage"], cwd=ROOT,
-      text=True, capture_output=True, check=False)
-  assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+def test_each_triaged_survivor_names_a_function_of_todays_source():
+  # Cheap, without mutmut: an entry names a measured module's function,
+  # the line its mutant writes, and why it is equivalent (or its test).
+  # That the line is still that mutant's is `python -m bench.mutation
+  # --check-triage` (mutmut regenerates the mutants: minutes on 2 busy
+  # cores, too long for CI); the bench itself counts a stale entry as none.
+  from bench import mutation  # pylint: disable=g-import-not-at-top
+  triage = mutation.load_triage()
+  assert triage
+  assert mutation.read_triage(triage)[0] == []
+
