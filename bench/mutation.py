@@ -11,7 +11,7 @@ tests call which function in one run of the module's test files first).
 The module's test files are those that pin it in-process; the tests that
 start whole programs (a proof of a port, a rewritten program run) are
 deselected: one takes seconds to minutes and would not see the mutant in
-its child process anyway. They are named in `SLOW`, and printed.
+its child process anyway. They are named in `bench/mutation_targets.py`, and printed.
 
 Prints, per module, the mutants killed (a test failed), timed out (counted
 as caught: the mutant hung a test), survived, reached by no fast test, and
@@ -27,6 +27,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -35,73 +36,11 @@ import time
 import tomllib
 from xml.etree import ElementTree
 
+from bench.mutation_targets import MODULES
+from bench.mutation_targets import SLOW
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TRIAGE = ROOT / "bench" / "mutation_triage.toml"
-PROVE, REWRITE = "compare/_src/prove", "compare/_src/rewrite"
-VERDICT_TESTS = (
-    "tests/test_verdict_rules.py", "tests/test_equivalence.py",
-    "tests/test_verdict_words.py", "tests/test_verdict_edges.py",
-    "tests/test_equivalence_edges.py", "tests/test_mutation_survivors.py")
-REWRITE_TESTS = (
-    "tests/test_rewrite_global.py", "tests/test_rewrite_global_places.py",
-    "tests/test_rewrite_global_elsewhere.py",
-    "tests/test_rewrite_global_factory.py",
-    "tests/test_rewrite_global_functions.py",
-    "tests/test_rewrite_global_handed.py", "tests/test_rewrite_global_wmt.py",
-    "tests/test_rewrite_global_declared.py",
-    "tests/test_rewrite_global_ours.py", "tests/test_rewrite_global_reads.py",
-    "tests/test_rewrite_imported_axis.py",
-    "tests/test_rewrite_removed_puts.py", "tests/test_rewrite_survivors.py")
-# Short name -> (source file, the fast test files that pin it).
-MODULES = {
-    "verdicts": (f"{PROVE}/verdicts.py", VERDICT_TESTS),
-    "leaf_bands": (f"{PROVE}/leaf_bands.py", VERDICT_TESTS),
-    "lockstep": (f"{PROVE}/lockstep.py", VERDICT_TESTS),
-    "equivalence": (f"{PROVE}/equivalence.py", VERDICT_TESTS),
-    "global_scopes": (f"{REWRITE}/global_scopes.py", REWRITE_TESTS),
-    "global_reader": (f"{REWRITE}/global_reader.py", REWRITE_TESTS),
-    "global_calls": (f"{REWRITE}/global_calls.py", REWRITE_TESTS),
-    "rewrite_helpers": (f"{REWRITE}/rewrite_helpers.py", REWRITE_TESTS),
-    "stacked_calls": (f"{REWRITE}/stacked_calls.py", REWRITE_TESTS),
-}
-# The tests in those files that run whole programs (a rewritten program
-# run or proved: 2.5 s to a minute each on 2 busy cores): left out.
-_G = "tests/test_rewrite_global"
-SLOW = tuple(f"{file}.py::test_{name}" for file, name in (
-    (_G, "a_script_holds_no_stacked_layout_and_prints_the_same"),
-    (_G, "global_prove_passes_and_a_wrong_spec_fails"),
-    (_G, "prefetched_batches_become_global_batches"),
-    (_G, "an_axis_named_by_a_module_constant_takes_the_second_step"),
-    (_G, "static_arguments_take_the_second_step"),
-    (f"{_G}_factory", "vision_transformers_shapes_take_the_second_step"),
-    (f"{_G}_reads", "a_replicated_value_returned_by_name_is_followed"),
-    (f"{_G}_reads", "index_0_of_an_output_keeps_it_per_device"),
-    (f"{_G}_reads", "a_copy_of_flax_shard_places_the_global_batch"),
-    (f"{_G}_reads", "trees_placed_and_read_back_together"),
-    (f"{_G}_reads", "an_output_read_per_device_keeps_its_devices"),
-    (f"{_G}_elsewhere", "a_named_and_an_unnamed_pmap_take_a_mesh_each"),
-    (f"{_G}_elsewhere",
-     "a_pmap_naming_no_axis_and_a_lambda_parameter_take_the_step"),
-    (f"{_G}_elsewhere", "jax_spmd_mnist_goes_global_but_its_batches"),
-    (f"{_G}_functions",
-     "the_state_is_followed_through_the_programs_functions"),
-    (f"{_G}_functions", "a_function_given_its_state_by_keyword_is_followed"),
-    (f"{_G}_handed", "a_step_handed_to_the_programs_function_is_followed"),
-    (f"{_G}_handed", "a_key_per_device_fed_back_by_keyword_stays_stacked"),
-    (f"{_G}_places", "the_same_layout_on_either_side_of_an_if_is_taken"),
-    (f"{_G}_places",
-     "a_nested_function_giving_the_step_its_values_is_taken"),
-    (f"{_G}_declared", "metrics_taken_as_one_copy_fail_the_proof"),
-    (f"{_G}_declared", "the_declared_global_step_is_proved"),
-    (f"{_G}_declared", "a_pmap_made_in_a_factory_takes_the_ports_layout"),
-    (f"{_G}_wmt", "wmt_as_written_names_the_two_reads_of_pmaps_layout"),
-    (f"{_G}_wmt", "wmt_with_the_persons_edit_takes_the_second_step"),
-    ("tests/test_rewrite_imported_axis",
-     "a_pmap_over_this_processs_devices_takes_the_second_step"),
-    ("tests/test_rewrite_removed_puts",
-     "the_rewrite_prints_what_the_original_printed"),
-    ("tests/test_rewrite_removed_puts",
-     "global_from_the_original_or_the_first_step_runs_the_same")))
 # The tree a mutant's tests import besides `compare` (mutmut's also_copy).
 ALSO_COPY = ("shardport", "legacy_pmap", "sharded", "examples", "docs",
              "bench", "tests")
@@ -110,14 +49,15 @@ MUTMUT = str(pathlib.Path(sys.executable).parent / "mutmut")
 CAUGHT = {"killed": "killed", "timeout": "timeout", "segfault": "killed"}
 
 
-def _scratch(workdir: pathlib.Path, path: str, tests,
+def _scratch(workdir: pathlib.Path, commit: str, path: str, tests,
              failing=()) -> pathlib.Path:
-  """A fresh copy of HEAD (what was committed, not the work in progress
-  around it) set up to mutate `path` alone, `failing` tests left out."""
+  """A fresh copy of `commit` (HEAD as the run started: what was committed,
+  not the work in progress around it) set up to mutate `path` alone,
+  `failing` tests left out."""
   if workdir.exists():
     shutil.rmtree(workdir)
   workdir.mkdir(parents=True)
-  archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, check=True,
+  archive = subprocess.run(["git", "archive", commit], cwd=ROOT, check=True,
                            capture_output=True).stdout
   subprocess.run(["tar", "-x", "-C", str(workdir)], input=archive,
                  check=True)
@@ -209,40 +149,50 @@ def load_triage(path=TRIAGE) -> dict:
     return {entry["name"]: entry for entry in tomllib.load(f).get("mutant", [])}
 
 
+def _say_failing(tests):
+  for test in tests:
+    print(f"  fails unmutated, left out: {test.splitlines()[0]}", flush=True)
+
+
 def run_module(short: str, args, triage: dict, failing: dict) -> dict:
   """Mutates one module in its scratch copy; its row of the table."""
   path, tests = MODULES[short]
   if tests not in failing:
-    failing[tests] = failing_unmutated(
-        _scratch(pathlib.Path(args.workdir) / short, path, tests), tests)
-    for test in failing[tests]:
-      print(f"  fails unmutated at HEAD, left out: {test.splitlines()[0]}",
-            flush=True)
-  scratch = _scratch(pathlib.Path(args.workdir) / short, path, tests,
-                     failing[tests])
-  diffs = _mutants_in(scratch, path)
-  names = sorted(diffs)
-  most = args.max_mutants.get(short, args.max_mutants.get("", 0))
-  sampled = most and len(names) > most
-  if sampled:
-    names = sorted(random.Random(args.seed).sample(names, most))
-  start = time.monotonic()
-  cut = False
-  with open(scratch / "mutmut.log", "w", encoding="utf-8") as log:
-    try:
-      subprocess.run(
-          [MUTMUT, "run", "--max-children", "1", *(names if sampled else [])],
-          cwd=scratch, stdout=log, stderr=subprocess.STDOUT, check=False,
-          timeout=args.module_timeout)
-    except subprocess.TimeoutExpired:
-      cut = True  # what it checked so far is counted; the rest unchecked
-  seconds = time.monotonic() - start
-  logged = (scratch / "mutmut.log").read_text(errors="replace")
-  if "failed to collect stats" in logged:
-    # mutmut first runs the tests unmutated: one failing there judges no
-    # mutant (deselect it in SLOW, or fix it).
-    raise SystemExit(f"{short}: the tests fail unmutated, see "
-                     f"{scratch / 'mutmut.log'}")
+    failing[tests] = failing_unmutated(_scratch(
+        pathlib.Path(args.workdir) / short, args.commit, path, tests), tests)
+    _say_failing(failing[tests])
+  for _ in range(3):
+    scratch = _scratch(pathlib.Path(args.workdir) / short, args.commit, path,
+                       tests, failing[tests])
+    diffs = _mutants_in(scratch, path)
+    names = sorted(diffs)
+    most = args.max_mutants.get(short, args.max_mutants.get("", 0))
+    sampled = most and len(names) > most
+    if sampled:
+      names = sorted(random.Random(args.seed).sample(names, most))
+    start = time.monotonic()
+    cut = False
+    with open(scratch / "mutmut.log", "w", encoding="utf-8") as log:
+      try:
+        subprocess.run(
+            [MUTMUT, "run", "--max-children", "1",
+             *(names if sampled else [])],
+            cwd=scratch, stdout=log, stderr=subprocess.STDOUT, check=False,
+            timeout=args.module_timeout)
+      except subprocess.TimeoutExpired:
+        cut = True  # what it checked so far is counted; the rest unchecked
+    seconds = time.monotonic() - start
+    logged = (scratch / "mutmut.log").read_text(errors="replace")
+    if "failed to collect stats" not in logged:
+      break
+    # mutmut's own unmutated run (its functions wrapped) failed a test the
+    # plain run passed: left out too, and said so.
+    more = sorted(set(re.findall(r"^FAILED (\S+)", logged, re.M)))
+    if not more:
+      raise SystemExit(f"{short}: mutmut's unmutated run failed, see "
+                       f"{scratch / 'mutmut.log'}")
+    _say_failing(more)
+    failing[tests] = [*failing[tests], *more]
   listed = subprocess.run([MUTMUT, "results", "--all", "true"],
                           cwd=scratch, capture_output=True, text=True,
                           check=True).stdout
@@ -254,7 +204,7 @@ def run_module(short: str, args, triage: dict, failing: dict) -> dict:
   row = {"module": short, "path": path, "mutants": len(names),
          "of": len(diffs), "sampled": bool(sampled), "seconds": seconds,
          "cut_at_timeout": cut, "seed": args.seed,
-         "failing_unmutated": failing[tests],
+         "failing_unmutated": failing[tests], "commit": args.commit,
          "killed": 0, "timeout": 0, "survived": 0, "no_tests": 0,
          "equivalent": 0, "unchecked": 0, "survivors": {}, "stale": []}
   for name in names:
@@ -376,10 +326,12 @@ def main(argv=None) -> int:
     print("\n".join(problems) or f"{len(triage)} triage entries, all real")
     return 1 if problems else 0
   shorts = [s for s in args.modules.split(",") if s]
-  head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                        capture_output=True, text=True).stdout.strip()
-  print(f"mutmut on HEAD ({head}), one module at a time; left out, as they "
-        f"run whole programs: {len(SLOW)} tests (bench/mutation.py SLOW)")
+  args.commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
+                               capture_output=True, text=True,
+                               check=True).stdout.strip()
+  print(f"mutmut on HEAD ({args.commit[:7]}), one module at a time; left "
+        f"out, as they run whole programs: {len(SLOW)} tests "
+        "(bench/mutation_targets.py SLOW)")
   print(f"{'module':<16} {'killed':>6} {'timeout':>7} {'survived':>8} "
         f"{'no tests':>8} {'equivalent':>10} {'caught':>8} {'time':>7}  "
         "mutants")
