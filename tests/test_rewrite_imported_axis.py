@@ -56,8 +56,10 @@ def test_an_imported_axis_constant_takes_the_second_step(form, tmp_path,
   assert "0 place(s) need a person" in out
   program = rewrite_helpers.without_helpers(port.read_text())
   assert not STACKED.findall(program), STACKED.findall(program)
-  # The global batch placed on the axis the constant names.
-  assert '_pmap_mesh("batch"), jax.P("batch")' in program
+  # The global batch placed on the axis the constant names, on the
+  # module's mesh over that axis.
+  assert 'jax.NamedSharding(mesh, jax.P("batch"))' in program
+  assert "jax.sharding.Mesh(" in program and '("batch",))' in program
   if form == "module":  # the numbers agree (one run: the rest differ only in
     # how the constant is read, which the program text above pins)
     assert _script_output(port) == _script_output(source)
