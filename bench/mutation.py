@@ -1,25 +1,22 @@
 """The suite's strength, measured: mutation testing of the verdict and rewrite.
 
     python -m bench.mutation [--modules verdicts,leaf_bands] [--max-mutants N]
-        [--seed 0] [--survivors DIR] [--json PATH]
+        [--seed 0] [--survivors DIR] [--json PATH] [--recount PATH]
 
-On mutmut (the `mutation` extra, pinned): each module below is mutated on
-its own, in a scratch copy of the working tree (`--workdir`; the checkout
-itself is never touched, others run code from it), and each mutant runs
-the fast tests that reach the function it changed (mutmut records which
-tests call which function in one run of the module's test files first).
-The module's test files are those that pin it in-process; the tests that
-start whole programs (a proof of a port, a rewritten program run) are
-deselected: one takes seconds to minutes and would not see the mutant in
-its child process anyway. They are named in `bench/mutation_targets.py`, and printed.
+On mutmut (the `mutation` extra, pinned): each module of
+`bench/mutation_targets.py` is mutated on its own in a scratch copy of HEAD
+(`--workdir`; the checkout is never touched: others run code from it), and
+each mutant runs the fast tests that reach the function it changed (mutmut
+records which test calls which function in a first run). The tests that
+run whole programs are left out by name (`SLOW`), and so are those failing
+unmutated; both are printed.
 
-Prints, per module, the mutants killed (a test failed), timed out (counted
-as caught: the mutant hung a test), survived, reached by no fast test, and
-judged equivalent in `bench/mutation_triage.toml` (a survivor that can
-change no behaviour, with the reason), and the share caught of the rest.
-`--survivors DIR` writes each untriaged survivor's diff there. One module
-takes a few seconds to a few minutes on 2 cores; `--max-mutants N` runs a
-seeded sample of N per module instead, and the table says so.
+Prints, per module, the mutants killed, timed out (caught: the mutant hung
+a test), survived, reached by no fast test, and judged equivalent in
+`bench/mutation_triage.toml` (with the reason), and the share caught of the
+rest. `--survivors DIR` writes each untriaged survivor's diff. A module
+takes a minute to a quarter of an hour on 2 busy cores; `--max-mutants`
+runs a seeded sample instead, and the table says so (docs/mutation-testing.md).
 """
 
 import argparse
@@ -193,22 +190,33 @@ def run_module(short: str, args, triage: dict, failing: dict) -> dict:
                        f"{scratch / 'mutmut.log'}")
     _say_failing(more)
     failing[tests] = [*failing[tests], *more]
-  listed = subprocess.run([MUTMUT, "results", "--all", "true"],
-                          cwd=scratch, capture_output=True, text=True,
-                          check=True).stdout
-  status = {}
-  for line in listed.splitlines():
-    name, _, word = line.strip().partition(": ")
-    if name in names:
-      status[name] = word
   row = {"module": short, "path": path, "mutants": len(names),
          "of": len(diffs), "sampled": bool(sampled), "seconds": seconds,
          "cut_at_timeout": cut, "seed": args.seed,
          "failing_unmutated": failing[tests], "commit": args.commit,
-         "killed": 0, "timeout": 0, "survived": 0, "no_tests": 0,
-         "equivalent": 0, "unchecked": 0, "survivors": {}, "stale": []}
-  for name in names:
-    word = status.get(name, "not checked")
+         "status": _statuses(scratch, names)}
+  return count(row, {n: diffs[n] for n in names}, triage)
+
+
+def _statuses(scratch, names) -> dict:
+  """`{mutant: mutmut's word for it}`, as `mutmut results` lists them."""
+  listed = subprocess.run([MUTMUT, "results", "--all", "true"],
+                          cwd=scratch, capture_output=True, text=True,
+                          check=True).stdout
+  status = {name: "not checked" for name in names}
+  for line in listed.splitlines():
+    name, _, word = line.strip().partition(": ")
+    if name in status:
+      status[name] = word
+  return status
+
+
+def count(row: dict, diffs: dict, triage: dict) -> dict:
+  """`row` counted by its `status` (mutant -> mutmut's word), the triage's
+  equivalents set apart; `diffs` holds at least each survivor's."""
+  row.update({"killed": 0, "timeout": 0, "survived": 0, "no_tests": 0,
+              "equivalent": 0, "unchecked": 0, "survivors": {}, "stale": []})
+  for name, word in sorted(row["status"].items()):
     entry = triage.get(name)
     if word in CAUGHT:
       row[CAUGHT[word]] += 1
@@ -216,24 +224,59 @@ def run_module(short: str, args, triage: dict, failing: dict) -> dict:
     if word not in ("survived", "no tests"):
       row["unchecked"] += 1  # skipped, suspicious, not checked
       continue
+    # A survivor with no diff kept was an equivalent when it ran.
+    diff = diffs.get(name)
     if entry and "equivalent" in entry and (
-        entry.get("line") == changed_line(diffs[name])):
+        diff is None or entry.get("line") == changed_line(diff)):
       row["equivalent"] += 1
       continue
     if entry and "killed_by" in entry:
       row["stale"].append(name)  # triaged as killed, yet it survives
     row["no_tests" if word == "no tests" else "survived"] += 1
-    row["survivors"][name] = diffs[name]
+    row["survivors"][name] = diff or ""
   judged = row["mutants"] - row["equivalent"] - row["unchecked"]
   row["caught_pct"] = (100.0 * (row["killed"] + row["timeout"]) / judged
                        if judged else 100.0)
   return row
 
 
+def recount(path: str, workdir: str, triage: dict) -> list[dict]:
+  """The rows of an earlier run's `--json`, counted again with today's
+  triage file (no mutant runs again). A row written before rows kept their
+  statuses takes them from its scratch copy under `workdir`."""
+  rows = json.loads(pathlib.Path(path).read_text())
+  for row in rows:
+    if "status" not in row:
+      every = subprocess.run([MUTMUT, "results", "--all", "true"],
+                             cwd=pathlib.Path(workdir) / row["module"],
+                             capture_output=True, text=True,
+                             check=True).stdout
+      row["status"] = {name: word for name, word in (
+          line.strip().split(": ", 1) for line in every.splitlines()
+          if ": " in line) if not (row["sampled"] and word == "not checked")}
+    count(row, row["survivors"], triage)
+  return rows
+
+
+def load_triage_commit(path: str) -> str:
+  """The commit an earlier `--json` run measured ("" if it did not say)."""
+  rows = json.loads(pathlib.Path(path).read_text())
+  return rows[0].get("commit", "") if rows else ""
+
+
+def _print_head(commit: str):
+  print(f"mutmut on HEAD ({commit[:7]}), one module at a time; left out, as "
+        f"they run whole programs: {len(SLOW)} tests "
+        "(bench/mutation_targets.py SLOW)")
+  print(f"{'module':<16} {'killed':>6} {'timeout':>7} {'survived':>8} "
+        f"{'no tests':>8} {'equivalent':>10} {'caught':>8} {'time':>7}  "
+        "mutants")
+
+
 def _print_row(row):
   how = (f"{row['mutants']} of {row['of']}, sampled (seed {row['seed']})"
          if row["sampled"] else f"all {row['mutants']}")
-  if row["cut_at_timeout"] or row["unchecked"]:
+  if row.get("cut_at_timeout") or row["unchecked"]:
     how += f", {row['unchecked']} unchecked"
   print(f"{row['module']:<16} {row['killed']:>6} {row['timeout']:>7} "
         f"{row['survived']:>8} {row['no_tests']:>8} {row['equivalent']:>10} "
@@ -313,6 +356,9 @@ def main(argv=None) -> int:
                       help="seconds one module's mutmut run may take")
   parser.add_argument("--check-triage", action="store_true",
                       help="only check the triage file names real mutants")
+  parser.add_argument("--recount", metavar="JSON",
+                      help="count an earlier --json run again with today's "
+                      "triage file (its --workdir kept)")
   parser.add_argument("--mutants-of", help=argparse.SUPPRESS)
   parser.add_argument("--only", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
@@ -325,16 +371,16 @@ def main(argv=None) -> int:
     problems = check_triage(triage)
     print("\n".join(problems) or f"{len(triage)} triage entries, all real")
     return 1 if problems else 0
+  if args.recount:
+    _print_head(load_triage_commit(args.recount))
+    for row in recount(args.recount, args.workdir, triage):
+      _print_row(row)
+    return 0
   shorts = [s for s in args.modules.split(",") if s]
   args.commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
                                capture_output=True, text=True,
                                check=True).stdout.strip()
-  print(f"mutmut on HEAD ({args.commit[:7]}), one module at a time; left "
-        f"out, as they run whole programs: {len(SLOW)} tests "
-        "(bench/mutation_targets.py SLOW)")
-  print(f"{'module':<16} {'killed':>6} {'timeout':>7} {'survived':>8} "
-        f"{'no tests':>8} {'equivalent':>10} {'caught':>8} {'time':>7}  "
-        "mutants")
+  _print_head(args.commit)
   rows, failing = [], {}
   for short in shorts:
     row = run_module(short, args, triage, failing)
