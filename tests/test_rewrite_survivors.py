@@ -116,6 +116,9 @@ def test_each_kept_call_is_reported_with_its_own_advice():
       "state.replicate(...): " + stacked_calls.OWN_REPLICATE)
   assert stacked_calls.kept("common_utils.shard") == (
       "common_utils.shard(...): " + advice["shard"])
+  # A call is known by its last name, however deep its module.
+  assert stacked_calls.kept("flax.training.common_utils.shard") == (
+      "flax.training.common_utils.shard(...): " + advice["shard"])
   # A removed put's helper is reported as what it stands for.
   assert stacked_calls.kept("_pmap_put_replicated") == (
       "_pmap_put_replicated(...): " + advice["replicate"])
