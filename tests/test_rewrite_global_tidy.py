@@ -139,6 +139,23 @@ def test_the_tutorial_reads_its_pmeaned_loss_as_one_value(tmp_path, capsys):
   assert "float(loss)" in text and "loss[0]" not in text
   assert "out_specs=jax.P()" in text
   assert_idiomatic(TUTORIAL, port)
+  # No wait in the program; the report says where a CPU test waits.
+  assert "jax.block_until_ready(out)" in out
+  assert "docs/REWRITE.md#cpu-wait" in out
+
+
+def test_a_file_keeping_the_helpers_is_told_why_and_waits_as_before(
+    tmp_path, capsys):
+  # The negative control: local_pmap_train calls its step with a keyword
+  # argument, which shard_map does not take; its helpers wait on CPU.
+  port = tmp_path / "port.py"
+  assert rewrite.main([str(INPUTS / "local_pmap_train.py"), "-o", str(port),
+                       "--global"]) == 0
+  out = capsys.readouterr().out
+  assert "kept: the first step's helpers stay in this file: p_train_step " \
+      "is called with keyword arguments" in out
+  assert "docs/REWRITE.md#cpu-wait" not in out
+  assert "_pmap_call(" in port.read_text()
 
 
 def test_the_hand_written_port_prints_the_tutorials_numbers():
