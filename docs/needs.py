@@ -67,7 +67,7 @@ def dropouts(mesh):  # x: [N, b, d] under pmap, [N * b, d] in the port
 def prefetch(batches, mesh, depth=2):  # replaces prefetch_to_device, shard
   sharding = NamedSharding(mesh, P("data"))  # each batch keeps its shape
   put = lambda x: jax.make_array_from_process_local_data(sharding, x)
-  queue = []  # the copies are asynchronous: they overlap the steps
+  queue = []  # puts return at once; that copies overlap steps is not measured
   for batch in batches:  # with many processes, each passes its own rows
     queue.append(jax.tree.map(put, batch))
     if len(queue) == depth:

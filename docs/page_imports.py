@@ -27,6 +27,7 @@ N = jax.device_count()  # the devices the snippets spread over
 
 # region: more-idioms-imports
 import functools
+import logging
 import os  # XLA_FLAGS below: 8 emulated CPU devices, set before jax starts
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import equinox as eqx  # the test extras install it (pyproject.toml)
@@ -35,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 N = jax.device_count()  # the devices the snippets spread over
 # endregion

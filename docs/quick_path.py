@@ -101,9 +101,9 @@ model = nn.Sequential([nn.Dense(16), nn.relu, nn.Dense(1)])
 params = model.init(jax.random.key(0), jnp.ones((1, 4)))["params"]
 state = train_state.TrainState.create(
     apply_fn=model.apply, params=params, tx=optax.sgd(0.1, momentum=0.9))
-# check_vma=False is pmap's semantics (bitwise on XLA:CPU). Under True a P()
-# input's gradient comes back summed over "data": N times pmap's, pmean or
-# not (the gradient trap, docs/traps.py). For True: pmean the loss inside.
+# check_vma=False is pmap's semantics (bitwise on XLA:CPU, jax 0.10.2). Under
+# True a P() input's gradient comes back summed over "data": N times pmap's,
+# pmean or not (the gradient trap, docs/traps.py). True: pmean the loss.
 p_train_step = jax.jit(jax.shard_map(
     train_step, mesh=mesh, in_specs=(P(), P("data")),
     out_specs=(P(), P()), check_vma=False), donate_argnums=0)

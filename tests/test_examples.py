@@ -91,7 +91,7 @@ def test_the_plugging_code_is_30_lines_or_fewer(name):
 
 
 def test_the_guides_nnx_before_and_after_train_alike_on_8_devices():
-  # docs/MIGRATION.md#nnx quotes `p_step` and `make_step`: only summation
+  # docs/MORE-IDIOMS.md#nnx quotes `p_step` and `make_step`: only summation
   # order may differ (the harness's proof finds them bitwise).
   mesh = nnx_port.make_mesh(8)
   step = nnx_port.make_step(mesh)
