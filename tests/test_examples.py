@@ -78,8 +78,10 @@ def test_the_example_and_its_wrong_port_from_the_command_line(name):
                       right.stdout.splitlines()[-1])
   wrong = _from_the_command_line(f"examples.{name}.prove:{EXAMPLES[name][1]}")
   assert wrong.returncode == 1, wrong.stdout[-2000:] + wrong.stderr[-2000:]
-  assert wrong.stdout.splitlines()[-1].startswith(
-      "verdict: fail, first at step 1: port vs pmap")
+  # The verdict line, wrapped within 100 columns (its last lines indented).
+  verdict = next(line for line in reversed(wrong.stdout.splitlines())
+                 if line.startswith("verdict:"))
+  assert verdict.startswith("verdict: fail, first at step 1: port vs pmap")
 
 
 @pytest.mark.parametrize("name", list(EXAMPLES))
