@@ -190,10 +190,11 @@ def test_the_lockstep_entry_in_full():
       "metric_fail": None, "allowed_ratio": 10.0, "judged_leaves": ["w"],
       "leaves": ["w", "b"], "unjudged_leaves": {"b": 0.5},
       "stopped_bitwise_at": 4}
-  bare = verdicts.lockstep(None, _checks({"pmap~reference": [1.0]},
+  bare = verdicts.lockstep(None, _checks({"pmap~reference": [0.5]},
                                          port_runs=()))[0]
   assert (bare["judged_leaves"], bare["leaves"], bare["unjudged_leaves"]) == (
       None, None, {})
+  assert bare["max_ratio"] == 0.5  # within its band: under 1, as measured
 
 
 def test_a_step_no_run_took_is_no_error_and_no_ratio():
