@@ -111,9 +111,12 @@ def test_two_processes_end_as_one(strategy, tmp_path):
   """2 x D devices end with the 1 x 2D state digests, bitwise, every run."""
   out = tmp_path / "report.json"
   devices = DEVICES_OF.get(strategy, DEVICES)
+  # Timed (the windows start together in every process) for one strategy:
+  # the others prove their digests only (CI time).
+  timed = strategy == "data_parallel"
   done = _run("compare", "--strategy", strategy, *STRATEGIES[strategy],
-              "--windows", "1", "--processes", "2", "--devices", devices,
-              "--baseline", "--json", out)
+              "--windows", "1" if timed else "0", "--processes", "2",
+              "--devices", devices, "--baseline", "--json", out)
   assert done.returncode == 0, done.stderr[-3000:]
   report = json.loads(out.read_text())
   assert (report["processes"], report["devices"]) == (2, 2 * int(devices))
@@ -125,7 +128,8 @@ def test_two_processes_end_as_one(strategy, tmp_path):
   assert set(baseline["runs"]) == set(report["runs"])
   for name, run in baseline["runs"].items():
     assert run["same_state_digest"], name
-    assert run["examples_per_s"] and run["baseline_examples_per_s"], name
+    assert bool(run["examples_per_s"] and run["baseline_examples_per_s"]
+                ) == timed, name
   if "pmap" in report["runs"]:
     assert (report["runs"]["pmap"]["state_digest"]
             == report["runs"]["shard_map"]["state_digest"])
