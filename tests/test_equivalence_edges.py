@@ -129,6 +129,11 @@ def test_ulps_of_each_float_width_and_across_zero():
     assert equivalence.ulp_distance(below, np.nextafter(zero, one)) == [2]
   assert equivalence.ulp_distance(np.int32([3, -2]),
                                   np.int32([5, 2])).tolist() == [2, 4]
+  # Integers are counted exactly, past float64's 2**53 too.
+  big = equivalence.ulp_distance(np.int64([2 ** 62 + 1]), np.int64([2 ** 62]))
+  assert big.dtype == np.int64 and big.tolist() == [1]
+  big = equivalence.ulp_distance(np.int64([2 ** 62]), np.int64([2 ** 62 + 1]))
+  assert big.dtype == np.int64 and big.tolist() == [1]
 
 
 def test_the_worst_leaf_is_named_and_an_empty_tree_compares_bitwise():
