@@ -1,6 +1,6 @@
 """`--global` on every program the rewrite is tested on, measured (issue 58).
 
-    python -m bench.rewrite_global_runs --json docs/measured/rewrite_global.json
+    python -m docs.build_guide --measure rewrite_global
 
 For each input of tests/rewrite_inputs that `--global` writes a step for
 (the pmap tutorial, JAX's SPMD MNIST on a synthetic `datasets.mnist()`, the
@@ -142,8 +142,7 @@ def measure() -> dict:
           "what": "python -m compare.rewrite FILE --global [--prove PORT "
                   "--steps 3] on each input of tests/rewrite_inputs it "
                   "writes a step for; scripts run on 8 emulated CPU devices",
-          "command": "python -m bench.rewrite_global_runs --json "
-                     "docs/measured/rewrite_global.json",
+          "command": "python -m docs.build_guide --measure rewrite_global",
           "jax_version": jax.__version__, "rows": rows,
           "table": table(rows)}
 
