@@ -104,3 +104,17 @@ def test_a_runs_skeleton_keeps_small_leaves_whole_and_large_ones_shaped():
   assert kept["large"] == jax.ShapeDtypeStruct(
       large.shape, large.dtype, sharding=large.sharding)
   assert kept["n"] == 3
+
+
+def test_the_calibrations_flips_are_left_out_largest_first_up_to_the_limit():
+  # 40 checked steps may hold 2 flips: both left out, the band the rest.
+  per_step = [1e-5] * 38 + [0.5, 0.4]
+  assert lockstep.band_of(per_step) == (1e-5, [38, 39])
+
+
+def test_a_flip_is_over_10x_the_median_and_at_least_1e_3():
+  m = 2.0 ** -10  # 10 m is exact: at the multiple, not over it
+  assert lockstep.band_of([m, m, 10 * m]) == (10 * m, [])
+  # At the level itself a step is a flip (the level is inclusive).
+  assert lockstep.band_of([1e-6, 1e-6, 1e-3]) == (1e-6, [2])
+  assert lockstep.band_of([1e-6, 1e-6, 9e-4]) == (9e-4, [])
