@@ -14,6 +14,7 @@ Port's `--prove` is its check. One row per program, one markdown table.
 """
 
 import argparse
+import ast
 import difflib
 import json
 import os
@@ -60,11 +61,14 @@ def _numbers(stdout: str) -> list[str]:
 def _mnist_folder(folder: pathlib.Path) -> None:
   """A synthetic `examples.datasets` beside the copied MNIST example, as
   tests/test_rewrite_global_elsewhere.py gives it."""
-  from tests import test_rewrite_global_elsewhere  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  # Read, not imported: bench/ imports nothing of tests/ (test_layers).
+  test = ROOT / "tests" / "test_rewrite_global_elsewhere.py"
+  mnist = next(node.value.value for node in ast.parse(test.read_text()).body
+               if isinstance(node, ast.Assign)
+               and [getattr(t, "id", None) for t in node.targets] == ["MNIST"])
   (folder / "examples").mkdir()
   (folder / "examples" / "__init__.py").write_text("")
-  (folder / "examples" / "datasets.py").write_text(
-      test_rewrite_global_elsewhere.MNIST)
+  (folder / "examples" / "datasets.py").write_text(mnist)
 
 
 def measure_one(name, port, script, folder: pathlib.Path) -> dict:
