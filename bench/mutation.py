@@ -258,12 +258,6 @@ def recount(path: str, workdir: str, triage: dict) -> list[dict]:
   return rows
 
 
-def load_triage_commit(path: str) -> str:
-  """The commit an earlier `--json` run measured ("" if it did not say)."""
-  rows = json.loads(pathlib.Path(path).read_text())
-  return rows[0].get("commit", "") if rows else ""
-
-
 def _print_head(commit: str):
   print(f"mutmut on HEAD ({commit[:7]}), one module at a time; left out, as "
         f"they run whole programs: {len(SLOW)} tests "
@@ -372,7 +366,8 @@ def main(argv=None) -> int:
     print("\n".join(problems) or f"{len(triage)} triage entries, all real")
     return 1 if problems else 0
   if args.recount:
-    _print_head(load_triage_commit(args.recount))
+    rows = json.loads(pathlib.Path(args.recount).read_text())
+    _print_head(rows[0].get("commit", "") if rows else "")
     for row in recount(args.recount, args.workdir, triage):
       _print_row(row)
     return 0
