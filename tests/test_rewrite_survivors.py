@@ -139,3 +139,22 @@ def test_the_program_as_it_reads_has_none_of_the_added_helpers():
           + rewrite_helpers.PUT_HELPER)
   assert rewrite_helpers.without_helpers(code) == body
   assert rewrite_helpers.without_helpers(body) == body
+
+
+# global_calls: a parameter given values of two layouts names each.
+
+
+def test_a_parameter_given_two_layouts_names_each_with_its_line(tmp_path,
+                                                                 capsys):
+  # pylint: disable=g-import-not-at-top,protected-access
+  import re
+  from tests import test_rewrite_global_functions as functions
+  changes, _ = functions.BLOCKED["a parameter given two layouts"]
+  text = functions.SYNCED
+  for old, new in changes:
+    text = text.replace(old, new)
+  code, _, _, out = functions._rewritten(tmp_path, capsys, text)
+  assert code == 1, out
+  assert re.search(r"show's parameter s is given values of different "
+                   r"layouts: replicated at line \d+, stacked at line \d+",
+                   out), out
