@@ -158,3 +158,28 @@ def test_a_parameter_given_two_layouts_names_each_with_its_line(tmp_path,
   assert re.search(r"show's parameter s is given values of different "
                    r"layouts: replicated at line \d+, stacked at line \d+",
                    out), out
+
+
+# global_reader: a keyword's name is no read of the variable of that name.
+
+
+def test_a_keyword_named_like_a_placed_value_is_no_read_of_it(tmp_path,
+                                                               capsys):
+  # pylint: disable=g-import-not-at-top
+  from compare import rewrite
+  source = tmp_path / "team.py"
+  source.write_text(
+      "import jax\nfrom flax import jax_utils\n"
+      "from flax.training import common_utils\n\n"
+      "def train_step(state, batch):\n"
+      "  return state, jax.lax.pmean(batch, 'batch')\n\n"
+      "p_step = jax.pmap(train_step, axis_name='batch')\n\n"
+      "def log(**kw):\n  return kw\n\n"
+      "def run(state, batch):\n"
+      "  state = jax_utils.replicate(state)\n"
+      "  log(state=1)\n"
+      "  return p_step(state, common_utils.shard(batch))\n")
+  code = rewrite.main([str(source), "-o", str(tmp_path / "g.py"),
+                       "--global"])
+  out = capsys.readouterr().out
+  assert code == 0 and "0 place(s) need a person" in out, out
