@@ -49,9 +49,12 @@ def test_the_declared_step_takes_the_ports_layout():
             if kind == "person"]
   assert [line for line, _ in person] == [6], _findings(got)
   assert "p_train_step's callers are outside this file" in person[0][1]
-  # Positional (state, batch), then keywords (`_pmap_keywords`).
-  assert 'in_specs=((jax.P(), jax.P("batch")), jax.P("batch"))' in got.code
+  # (state, batch) on the module's mesh, no helper; the metrics per
+  # device: pmap's view in the function's own return.
+  assert 'in_specs=(jax.P(), jax.P("batch"))' in got.code
   assert 'out_specs=(jax.P(), jax.P("batch"))' in got.code
+  assert "return state, jax.tree.map(lambda a: a[None], 0)" in got.code
+  assert "_pmap_" not in got.code
   assert any(text.startswith("the Port's layout: p_train_step")
              for _, _, text in _findings(got))
 
@@ -146,9 +149,11 @@ def test_metrics_taken_as_one_copy_fail_the_proof(tmp_path, capsys):
                        "--global", "--prove", f"{PORTS}:port", "--steps",
                        "1"]) == 1
   written = 'out_specs=(jax.P(), jax.P("batch"))'
-  assert written in target.read_text()
+  view = "jax.tree.map(lambda a: a[None], loss)"
+  assert written in target.read_text() and view in target.read_text()
+  # Planted: the loss one value, P(), as device 0's copy.
   target.write_text(target.read_text().replace(
-      written, "out_specs=(jax.P(), jax.P())"))
+      written, "out_specs=(jax.P(), jax.P())").replace(view, "loss"))
   capsys.readouterr()
   code = rewrite_proof.prove(port_module.load(f"{PORTS}:port"),
                              INPUTS / "steps_module.py", target, steps=3,
@@ -165,7 +170,9 @@ def test_a_pmap_made_in_a_factory_takes_the_ports_layout(tmp_path):
   assert rewrite.main([str(INPUTS / "steps_factory.py"), "-o", str(target),
                        "--global", "--prove", f"{PORTS}:factory_port",
                        "--steps", "1"]) == 1
-  # The state P(), the batch split, the key per device kept stacked.
-  assert ("in_specs=((jax.P(), jax.P(AXIS), jax.P(AXIS)), jax.P(AXIS))"
+  # The state P(), the batch split, the key per device kept stacked:
+  # pmap's view of it a line in the function's body.
+  assert ("in_specs=(jax.P(), jax.P(AXIS), jax.P(AXIS))"
           in target.read_text())
-  assert "in_axes=(None, None, 0)" in target.read_text()
+  assert "  key = jax.tree.map(lambda a: a[0], key)" in target.read_text()
+  assert "_pmap_" not in target.read_text()

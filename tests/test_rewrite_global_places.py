@@ -379,5 +379,8 @@ def test_the_same_layout_on_either_side_of_an_if_is_taken(tmp_path, capsys):
   assert rewrite.main([str(source), "-o", str(port), "--global"]) == 0
   out = capsys.readouterr().out
   assert "0 place(s) need a person" in out, out
-  assert port.read_text().count("jax.P())") == 2
+  # Both sides placed with P(): one sharding, named once, used twice.
+  text = port.read_text()
+  assert "replicated = jax.NamedSharding(mesh, jax.P())" in text
+  assert text.count(", replicated)") == 2, text
   assert _script_output(port) == _script_output(source)

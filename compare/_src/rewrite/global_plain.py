@@ -38,13 +38,14 @@ class Plan:
 
 def plan(wrapper, ports, steps, axes_count, source) -> Plan:
   """The plan for a file, or one whose `reason` says why it keeps the
-  first step's helpers (`ports`: the first step's, by line)."""
+  first step's helpers (`ports`: the first step's, by line; `axes_count`:
+  nonzero where its pmaps name several axes)."""
   module = wrapper.module
   positions = wrapper.resolve(metadata.PositionProvider)
   functions = global_written.definitions(module)
 
   def why():
-    if axes_count > 1:
+    if axes_count:
       return ("its pmaps name several axes: each step its own mesh, which "
               "the helpers build")
     if "jax.distributed.initialize" in source:

@@ -46,10 +46,22 @@ def uncalled(source: str) -> list[ast.FunctionDef]:
   found = [node for node in tree.body
            if isinstance(node, ast.FunctionDef) and node.name not in loaded
            and node.name not in strings and any(
-               node.lineno <= line <= node.end_lineno for line in lines)]
+               node.lineno <= line <= node.end_lineno for line in lines)
+           and not _pmap_names_read_outside(tree, node, lines)]
   inside = {line for node in found for line in lines
             if node.lineno <= line <= node.end_lineno}
   return found if set(lines) - inside else []
+
+
+def _pmap_names_read_outside(tree, fn, lines) -> bool:
+  """Whether a name `fn` binds to a pmap is read outside `fn`: set aside,
+  the rest would read it otherwise than the file does."""
+  bound = {t.id for node in ast.walk(fn) if isinstance(node, ast.Assign)
+           and any(node.lineno <= l <= node.end_lineno for l in lines)
+           for t in node.targets if isinstance(t, ast.Name)}
+  return any(isinstance(n, ast.Name) and n.id in bound
+             and not fn.lineno <= n.lineno <= fn.end_lineno
+             for n in ast.walk(tree))
 
 
 def trimmed(source: str, functions) -> str:
