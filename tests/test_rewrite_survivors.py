@@ -183,3 +183,14 @@ def test_a_keyword_named_like_a_placed_value_is_no_read_of_it(tmp_path,
                        "--global"])
   out = capsys.readouterr().out
   assert code == 0 and "0 place(s) need a person" in out, out
+
+
+def test_orbax_conversion_of_a_replicated_output_takes_it_as_one_value(
+    tmp_path, capsys):
+  # wmt's `fully_replicated_host_local_array_to_global_array` over the
+  # step's params: a read of one value, not a place (the program run is
+  # tests/test_rewrite_global_handed.py's, left out of the mutation runs).
+  # pylint: disable=g-import-not-at-top,protected-access
+  from tests import test_rewrite_global_handed as handed
+  code, _, _, out = handed._rewritten(tmp_path, capsys, handed.HANDED)
+  assert code == 0 and "0 place(s) need a person" in out, out
