@@ -132,6 +132,25 @@ def test_pmap_raising_is_still_a_crash():
   the Port's to fix (the proof crashes with its cause)."""
   from tests import toy_ports  # pylint: disable=g-import-not-at-top
   right = toy_ports.port(steps=2)
-  with pytest.raises(ValueError, match="planted"):
+  with pytest.raises(ValueError, match="planted") as raised:
     compare.prove(toy_ports.port(
         steps=2, pmap_step=_raising_at(2, right.pmap_step)), windows=0)
+  # The run and the step named (the command line's crash line shows it).
+  assert raised.value.__notes__ == ["in pmap's step 2"]
+
+
+def test_the_crash_line_names_the_run_and_the_step(capsys, monkeypatch):
+  from compare._src import cli  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import runner  # pylint: disable=g-import-not-at-top
+
+  def crash(*args, **kwargs):
+    err = ValueError("planted")
+    err.add_note("in pmap's step 2")  # as runner.train adds it
+    raise err
+
+  monkeypatch.setattr(runner, "compare", crash)
+  assert cli.main(["--strategy", "data_parallel", "--workload", "linreg",
+                   "--steps", "2", "--quiet"]) == cli.EXIT_CRASH
+  assert capsys.readouterr().err.splitlines()[-1] == (
+      "compare: crashed: ValueError: planted (in pmap's step 2; exit 4; "
+      "--traceback shows where)")

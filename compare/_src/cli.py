@@ -326,7 +326,9 @@ def main(argv=None) -> int:
     # ends with; the traceback behind --traceback.
     if "--traceback" in argv:
       traceback.print_exc(file=sys.stderr)
+    where = "".join(f"{note}; " for note in getattr(err, "__notes__", []))
     print(f"compare: crashed: {type(err).__name__}: "
           f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}"
-          f" (exit {EXIT_CRASH}; --traceback shows where)", file=sys.stderr)
+          f" ({where}exit {EXIT_CRASH}; --traceback shows where)",
+          file=sys.stderr)
     return EXIT_CRASH

@@ -246,6 +246,7 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
         finite = _step(run, host_batch, i, n_devices)
       except Exception as err:  # pylint: disable=broad-except
         if run.name not in strategy.port_runs or run.perturbation is not None:
+          err.add_note(f"in {run.name}'s step {i + 1}")  # the crash's line
           raise
         # A port's step that raises where pmap's runs fails at that step:
         # a verdict, not a crash of the proof.
