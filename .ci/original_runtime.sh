@@ -78,7 +78,7 @@ pair() {  # pair NAME1 CMD1 -- NAME2 CMD2: both at once, then both logs
   wait "$pid" || status=1
   cat "$out/log1" "$out/log2"
 }
-compare_() { python -m compare --windows 2 "$@"; }
+compare_() { python -m compare --windows 0 "$@"; }
 pair "compare data_parallel" compare_ --strategy data_parallel --steps 3 \
   --json "$out/data_parallel.json" \
   -- "compare ensemble" compare_ --strategy ensemble --epochs 1 \

@@ -60,7 +60,7 @@ def _report(strategy, tmp_path):
     return json.loads((pathlib.Path(ran) / f"{strategy}.json").read_text())
   path = tmp_path / f"{strategy}.json"
   done = subprocess.run(
-      [sys.executable, "-m", "compare", *RUNS[strategy], "--windows", "2",
+      [sys.executable, "-m", "compare", *RUNS[strategy], "--windows", "0",
        "--json", str(path)],
       env={**os.environ, devices.MERGE_ENV: "0"}, capture_output=True,
       text=True, timeout=600, check=False)
