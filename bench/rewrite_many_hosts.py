@@ -8,9 +8,9 @@ rows of the data) is rewritten by `python -m compare.rewrite`, the first
 step and `--global`, and the original and both ports are run in P
 processes of D emulated CPU devices joined by `jax.distributed` with gloo,
 and in 1 process of P x D. Every line each process prints must equal the
-original's, bitwise. A plant, the first step's mesh over this process's
+original's, bitwise. Two plants, each step's mesh over this process's
 devices alone (what the rewrite wrote before it spanned every process),
-shows that the comparison can fail. Prints one row per run.
+show that the comparison can fail. Prints one row per run.
 """
 
 import argparse
@@ -30,6 +30,9 @@ PROGRAMS = ("multihost_tutorial", "multihost_train")
 GLOBAL_DEVICES = ("    devices = [device for process in "
                   "range(jax.process_count())\n")
 LOCAL_DEVICES = "    devices = jax.local_devices()  # plant\n    _ = [0 for process in ()\n"
+# `--global`'s mesh, set after the join, and its plant.
+GLOBAL_MESH = "sorted(jax.devices(), key=lambda d: d.process_index)"
+LOCAL_MESH = "jax.local_devices()"
 
 
 # Runs a script as `python SCRIPT` does, its Python output to a file of its
@@ -102,6 +105,12 @@ def rewrite(program: str, workdir: pathlib.Path) -> dict[str, pathlib.Path]:
   plant = workdir / f"{program}_plant.py"
   plant.write_text(text.replace(GLOBAL_DEVICES, LOCAL_DEVICES))
   paths["plant: local mesh"] = plant
+  text = paths["--global"].read_text()
+  assert GLOBAL_MESH in text and "_pmap_" not in text, (
+      "--global's mesh is not the one known")
+  plant = workdir / f"{program}_plant_global.py"
+  plant.write_text(text.replace(GLOBAL_MESH, LOCAL_MESH))
+  paths["plant: --global local mesh"] = plant
   return paths
 
 

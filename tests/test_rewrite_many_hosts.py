@@ -57,14 +57,19 @@ def test_both_steps_print_the_originals_numbers_on_every_process(
   for variant in ("first step", "--global"):
     assert rewrite_many_hosts.run_job(paths[variant], processes,
                                       devices) == original, variant
+  # The second step a team keeps: no helper of ours, no wait added.
+  written = paths["--global"].read_text()
+  assert "_pmap_" not in written and "block_until_ready" not in written
 
 
-def test_a_mesh_over_one_process_devices_is_caught(paths, originals):
-  """The negative control: the first step with its mesh over this
-  process's devices averages each process's rows alone; the replicas drift
-  apart with no error, and the comparison says so."""
+@pytest.mark.parametrize("plant", ["plant: local mesh",
+                                   "plant: --global local mesh"])
+def test_a_mesh_over_one_process_devices_is_caught(paths, originals, plant):
+  """The negative controls: either step with its mesh over this process's
+  devices averages each process's rows alone; the replicas drift apart
+  with no error, and the comparison says so."""
   original = originals(2, 4)
-  planted = rewrite_many_hosts.run_job(paths["plant: local mesh"], 2, 4)
+  planted = rewrite_many_hosts.run_job(paths[plant], 2, 4)
   assert planted != original
   assert planted[0] != planted[1]  # each process its own numbers
 

@@ -1,4 +1,4 @@
-"""The teams' Ports of two programs `--global` writes without helpers:
+"""The teams' Ports of three programs `--global` writes without helpers:
 the pmap tutorial's `update` (params, xs, ys) and the flax-examples-style
 script's `p_train_step` (state, batch). `python -m compare.rewrite FILE
 --global --prove tests.rewrite_inputs.rewrite_ports:NAME` proves the
@@ -37,4 +37,21 @@ def flax_style_port(steps=4):
       name="flax_style", port_step=None, batches=_batch, steps=steps,
       init=lambda: flax_style_train.create_train_state(jax.random.key(0)),
       pmap_step=flax_style_train.p_train_step,
+      mesh=jax.make_mesh((8,), ("batch",)))
+
+
+def _multihost_batch(i):
+  x = np.random.default_rng(100 + i).normal(size=(64, 16)).astype(np.float32)
+  return {"x": x, "y": x[:, :4].argmax(-1).astype(np.int32)}
+
+
+def multihost_port(steps=4):
+  """multihost_train's `p_train_step(state, batch)`: a file that joins
+  `jax.distributed`, whose `--global` sets its mesh after the join."""
+  from tests.rewrite_inputs import multihost_train  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  return compare.Port(
+      name="multihost", port_step=None, batches=_multihost_batch,
+      steps=steps,
+      init=lambda: multihost_train.create_train_state(jax.random.key(0)),
+      pmap_step=multihost_train.p_train_step,
       mesh=jax.make_mesh((8,), ("batch",)))

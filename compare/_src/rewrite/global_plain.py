@@ -14,6 +14,7 @@ import dataclasses
 import libcst as cst
 from libcst import metadata
 
+from compare._src.rewrite import global_joined
 from compare._src.rewrite import global_written
 from compare._src.rewrite import pmap_arguments
 from compare._src.rewrite import rewrite_global
@@ -34,6 +35,7 @@ class Plan:
   inline: tuple = ()  # the shardings one placement names: written there
   loads: dict = dataclasses.field(default_factory=dict)  # name -> reads
   edits: dict = dataclasses.field(default_factory=dict)  # `PlainRewriter`
+  joined: bool = False  # the mesh set after a join (`global_joined`)
 
 
 def plan(wrapper, ports, steps, axes_count, source) -> Plan:
@@ -48,10 +50,10 @@ def plan(wrapper, ports, steps, axes_count, source) -> Plan:
     if axes_count:
       return ("its pmaps name several axes: each step its own mesh, which "
               "the helpers build")
-    if "jax.distributed.initialize" in source:
-      return ("it joins jax.distributed: a mesh built at import would start "
-              "the backend before the join (docs/jax-facts.md); the helpers "
-              "build it at the step's first call")
+    if global_joined.joins(source):
+      found = global_joined.where(source)
+      if isinstance(found, str):
+        return found
     for step in steps.values():
       if step.static:
         return (f"{step.name} has static_broadcasted_argnums: shard_map "
@@ -83,7 +85,8 @@ def plan(wrapper, ports, steps, axes_count, source) -> Plan:
   defined = {n.name for n in ast.parse(source).body
              if isinstance(n, ast.FunctionDef)}
   return Plan({}, vma, reason, loads={n: c for n, c in loads.items()
-                                      if n in defined})
+                                      if n in defined},
+              joined=global_joined.joins(source))
 
 
 def _own_function(fun, loads) -> str | None:
@@ -127,9 +130,16 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
     # Functions only an assigned pmap reads: pmap's view goes in their body.
     self.edits = {}
 
+  def _said(self, kind) -> str:
+    if self._plan.joined:
+      return f"jax.P({'' if kind == R else self._axis}) on the set mesh"
+    return super()._said(kind)
+
   def _sharding(self, kind) -> str:
     # Named where two placements share it, written in place where one.
     self.shardings[kind] = self.shardings.get(kind, 0) + 1
+    if self._plan.joined:  # on the mesh jax is set to
+      return rewrite_global._spec(kind, self._axis)  # pylint: disable=protected-access
     if kind in self._plan.inline:
       return (f"jax.NamedSharding({self._plan.names['mesh']}, "
               f"{rewrite_global._spec(kind, self._axis)})")  # pylint: disable=protected-access
@@ -152,16 +162,18 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
               if "donate_argnums" in named else None)
     self.changed += 1
     self.findings.append(Finding(line, "changed", (
-        f"pmap over {axis} -> jax.jit(jax.shard_map(...)) on the module's "
-        f"mesh: in_specs {in_code}, out_specs {out_code}, "
+        f"pmap over {axis} -> jax.jit(jax.shard_map(...)) on the "
+        + ("mesh set after the join" if self._plan.joined else
+           "module's mesh") + f": in_specs {in_code}, out_specs {out_code}, "
         + (vma or "check_vma at jax's default (the step takes no gradient)")
         + (", donate_argnums kept" if donate else ""))))
     stacked_args = [i for i, k in enumerate(self.kinds) if k == S]
     stacked_outs = ({None} if self.one_out and self.outs[0] == S else
                     {j for j, k in enumerate(self.outs) if k == S}
                     if not self.one_out else set())
-    parts = global_written.shard_map_parts(self._plan.names["mesh"],
-                                           in_code, out_code, vma is None)
+    parts = global_written.shard_map_parts(
+        None if self._plan.joined else self._plan.names["mesh"], in_code,
+        out_code, vma is None)
     return parts, donate, stacked_args, stacked_outs
 
   def _template(self, named, line):
@@ -176,12 +188,13 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
       else:  # written in its body (the next pass: `Plan.edits`)
         self.edits[name] = (stacked_args, stacked_outs)
         self._viewed(line, stacked_args, stacked_outs)
-    # Wrapped on the function's own source, then templated as the first
-    # step's ports are (`rewrite_pmap.Port`); the target's own `x = `
-    # and indentation unknown here, a margin for them.
+    # Wrapped on the function's own source from the column the pmap's call
+    # starts at (after its target's `x = `), then templated as the first
+    # step's ports are (`rewrite_pmap.Port`).
     fun_code = self._code(named["fun"])
     return global_written.step_expression(
-        fun_code, parts, donate, 70).replace(fun_code, rewrite_pmap.FUN, 1)
+        fun_code, parts, donate, 79 - self._column).replace(
+            fun_code, rewrite_pmap.FUN, 1)
 
   def _viewed(self, line, stacked_args, stacked_outs):
     # The pmap's own finding says where pmap's view stays, and how.
@@ -257,6 +270,17 @@ def write(wrapper, module, first, steps, replace, axis, known, declared,
                       "replacements are helpers")
   if writer.unplain:
     return f"the first step's helpers stay in this file: {writer.unplain}"
+  if plain.joined:
+    code = rewrite_file.with_mesh(new.code, module, "",
+                                  writer.uses_functools)
+    code, _ = global_joined.set_mesh_after_join(code, axis)
+    line, _ = global_joined.where(source)
+    writer.findings.append(Finding(line, "changed", (
+        "jax.set_mesh(Mesh(every process's devices)) after the join: the "
+        "steps' shard_map name no mesh and the placements only a "
+        "jax.P(...); a mesh built at import would start the backend before "
+        "jax.distributed.initialize")))
+    return code, writer
   bound = {"mesh": plain.names["mesh"],
            **{k: plain.names[k] for k in writer.shardings
               if k not in plain.inline}}

@@ -225,7 +225,10 @@ def wrapped(head: str, parts: list[str], indent: str, width=79) -> str:
 
 
 def shard_map_parts(mesh_name, in_code, out_code, vma: bool) -> list[str]:
-  return [f"mesh={mesh_name}", f"in_specs={in_code}",
+  """shard_map's keyword arguments; no `mesh=` where `mesh_name` is None
+  (the mesh jax is set to: `global_joined`)."""
+  return ([] if mesh_name is None else [f"mesh={mesh_name}"]) + [
+      f"in_specs={in_code}",
           f"out_specs={out_code}"] + ([] if vma else ["check_vma=False"])
 
 

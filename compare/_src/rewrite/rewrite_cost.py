@@ -39,12 +39,17 @@ def _inputs(port, axes: dict):
   return state, batch
 
 
-def describe(port, written_step, axes: dict) -> dict:
+def describe(port, written_step, axes: dict, mesh=None) -> dict:
   """`hlo.describe` of a written port (its jit, under the file's
-  `_pmap_call`), compiled on the Port's state and first batch."""
+  `_pmap_call`), compiled on the Port's state and first batch; with
+  `mesh`'s devices as jax's mesh where given (a step naming none)."""
   jitted = (written_step.jitted() if hasattr(written_step, "jitted")
             else written_step)
-  compiled = jitted.lower(*_inputs(port, axes)).compile()
+  if mesh is None:
+    compiled = jitted.lower(*_inputs(port, axes)).compile()
+  else:  # the program's own mesh: its axes Auto
+    with jax.set_mesh(jax.sharding.Mesh(mesh.devices, mesh.axis_names)):
+      compiled = jitted.lower(*_inputs(port, axes)).compile()
   return hlo.describe(compiled)
 
 

@@ -119,7 +119,7 @@ def with_mesh(code: str, module: cst.Module, block: str,
       ("import ", "from ")) and not line.startswith("from __future__")),
              default=0)
   return ("".join(lines[:last]) + "".join(f"{line}\n" for line in needed)
-          + "\n" + block + "".join(lines[last:]))
+          + ("\n" + block if block else "") + "".join(lines[last:]))
 
 
 def rewrite_source(source: str, path: str = "<string>") -> Rewrite:

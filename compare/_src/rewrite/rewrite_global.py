@@ -113,6 +113,10 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
     self.one_out = not isinstance(outs, list)
     return in_axes, out_axes, in_code, out_code
 
+  def _said(self, kind) -> str:
+    """How the report names a placement's sharding of `kind`."""
+    return f"NamedSharding(mesh, P({'' if kind == R else self._axis}))"
+
   def _sharding(self, kind) -> str:
     """The code of the named sharding a placement of `kind` names."""
     return (f"jax.NamedSharding(_pmap_mesh({self._axis}), "
@@ -138,14 +142,14 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
     name = rewrite_pmap.dotted(original.func)
     if global_idioms.is_replicate_call(original, self._known):
       self.findings.append(Finding(line, "changed", (
-          f"{name}(...) -> jax.device_put(..., NamedSharding(mesh, P())): "
+          f"{name}(...) -> jax.device_put(..., {self._said(R)}): "
           "the state placed once, no copy per device")))
       tree = updated.args[1 if name in global_idioms.TREE_MAPS else 0].value
       return self._placed(tree, R)
     if global_idioms.is_shard_call(original, self._known):
       self.findings.append(Finding(line, "changed", (
           f"{name}(...) -> jax.make_array_from_process_local_data("
-          f"NamedSharding(mesh, P({self._axis})), ...): the global batch "
+          f"{self._said(B)}, ...): the global batch "
           "(each process's rows), split over the mesh, no reshape to "
           "[devices, ...]")))
       return self._placed(updated.args[0].value, B)
@@ -178,13 +182,13 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
             source.args[0].value).endswith("common_utils.shard")):
       self.findings.append(Finding(line, "changed", (
           f"{name}(map(shard, ...)) -> each global batch placed with "
-          f"NamedSharding(mesh, P({self._axis})) as it is read")))
+          f"{self._said(B)} as it is read")))
       return _generator(sharding, "_batch",
                         global_idioms.code_of(source.args[1].value))
     self.findings.append(Finding(line, "changed", (
         f"{name}(...) of batches stacked [devices, b, ...] -> each batch "
         f"merged to [devices * b, ...] (the same rows on each device) and "
-        f"placed with NamedSharding(mesh, P({self._axis})) as it is read")))
+        f"placed with {self._said(B)} as it is read")))
     return _generator(sharding, "jax.tree.map(lambda _x: _x.reshape((-1,) + "
                       "_x.shape[2:]), _batch)", global_idioms.code_of(source))
 

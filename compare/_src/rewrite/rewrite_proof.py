@@ -263,17 +263,30 @@ def plain_axes(text: str, name: str | None, written: str | None) -> dict:
           "out_axes": _axes_of_specs(spec["out_specs"])}
 
 
-def _on_global_mesh(global_step, axes: dict, n_devices: int):
+def _sets_mesh(target: pathlib.Path) -> bool:
+  """Whether the written file sets jax's mesh (after its join) rather than
+  naming one in each shard_map (`global_joined`)."""
+  return "jax.set_mesh(" in target.read_text()
+
+
+def _on_global_mesh(global_step, axes: dict, size: int, mesh=None):
   """A `--global` port as a step on the Port's layout (one state placed
   with P(), the global batch): what the written port still takes in pmap's
   stacked layout (`in_axes` 0: a batch the program stacks itself) is
   stacked for it, and what it gives back per device (`out_axes` 0) is
   taken from device 0 (the state) or averaged as the harness averages
-  pmap's metrics (the metrics)."""
+  pmap's metrics (the metrics). Given `mesh` (the Port's), it traces with
+  its devices as jax's mesh: a file that joins `jax.distributed` sets its
+  mesh after the join, which importing it does not run, and its shard_map
+  names none."""
   import jax  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   state_in, batch_in = axes["in_axes"]
   state_out, metrics_out = axes["out_axes"]
+  n_devices = size
+  # The program's own mesh is `Mesh(devices, axes)`: its axes Auto.
+  traced = mesh and jax.sharding.Mesh(mesh.devices,
+                                      mesh.axis_names).abstract_mesh
 
   def step(state, batch):
     if state_in == 0:
@@ -282,7 +295,11 @@ def _on_global_mesh(global_step, axes: dict, n_devices: int):
     if batch_in == 0:
       batch = jax.tree.map(
           lambda x: x.reshape((n_devices, -1) + x.shape[1:]), batch)
-    state, metrics = global_step(state, batch)
+    if traced is None:
+      state, metrics = global_step(state, batch)
+    else:
+      with jax.sharding.use_abstract_mesh(traced):
+        state, metrics = global_step(state, batch)
     if state_out == 0:
       state = jax.tree.map(lambda x: x[0], state)
     if metrics_out == 0:
@@ -353,7 +370,9 @@ def prove(port, source: pathlib.Path, target: pathlib.Path,
   if global_step and all(isinstance(axes.get(k), tuple) and len(axes[k]) == 2
                          for k in ("in_axes", "out_axes")):
     proved = dataclasses.replace(
-        port, port_step=_on_global_mesh(rewritten, axes, port.mesh.size))
+        port, port_step=_on_global_mesh(
+            rewritten, axes, port.mesh.size,
+            port.mesh if _sets_mesh(target) else None))
     port_module.check(proved)
     moved = (["what the global step moved: not measured for a step the "
               "Port adapts (compare.adapt_step): its arguments are not the "
@@ -381,4 +400,6 @@ def _what_moved(port, source, target, global_port, axes) -> list[str]:
                 for k, v in first_axes.items()}
   return rewrite_cost.lines(rewrite_cost.describe(port, first_port,
                                                   first_axes),
-                            rewrite_cost.describe(port, global_port, axes))
+                            rewrite_cost.describe(
+                                port, global_port, axes,
+                                port.mesh if _sets_mesh(target) else None))
