@@ -5,11 +5,14 @@
 For each input of tests/rewrite_inputs that `--global` writes a step for
 (the pmap tutorial, JAX's SPMD MNIST on a synthetic `datasets.mnist()`, the
 flax-examples-style script, a steps module, a stax steps module, a step
-factory): `python -m compare.rewrite FILE -o OUT --global [--prove PORT]`,
+factory, two programs written for many hosts): `python -m compare.rewrite
+FILE -o OUT --global [--prove PORT]`,
 then the written file read (lines before and after, lines added and removed
 by a diff, `_pmap_` names, `block_until_ready` calls it did not have) and,
 for a script, the original and the port run on 8 emulated CPU devices and
-every number they print compared. A steps module prints nothing: its
+every number they print compared (a program that joins jax.distributed
+also in 2 processes x 4 devices, every line of every process). A steps
+module prints nothing: its
 Port's `--prove` is its check. One row per program, one markdown table.
 """
 
@@ -25,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 
+from bench import rewrite_many_hosts
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 INPUTS = ROOT / "tests" / "rewrite_inputs"
 PORTS = "tests.rewrite_inputs"
@@ -36,7 +41,10 @@ PROGRAMS = (
     ("flax_style_train", f"{PORTS}.rewrite_ports:flax_style_port", True),
     ("steps_module", f"{PORTS}.steps_module_port:port", False),
     ("steps_module_stax", f"{PORTS}.steps_module_port:update_port", False),
-    ("steps_factory", f"{PORTS}.steps_module_port:factory_port", False))
+    ("steps_factory", f"{PORTS}.steps_module_port:factory_port", False),
+    # Written for many hosts: each joins jax.distributed (run in 2x4 too).
+    ("multihost_tutorial", None, True),
+    ("multihost_train", f"{PORTS}.rewrite_ports:multihost_port", True))
 NUMBER = re.compile(r"-?\d+\.\d+(?:e[-+]?\d+)?|-?\d+")
 # The scripts import nothing of this repository (MNIST's `examples` is the
 # synthetic one beside it).
@@ -110,6 +118,10 @@ def measure_one(name, port, script, folder: pathlib.Path) -> dict:
     row["numbers_equal"] = (original.returncode == port_run.returncode == 0
                             and numbers == _numbers(port_run.stdout)
                             and bool(numbers))
+    if "jax.distributed.initialize" in before:
+      # Every line of every process, in 2 processes x 4 devices (gloo).
+      row["many_hosts_equal"] = (rewrite_many_hosts.run_job(source, 2, 4)
+                                 == rewrite_many_hosts.run_job(target, 2, 4))
   return row
 
 
@@ -121,6 +133,9 @@ def table(rows) -> str:
   for r in rows:
     numbers = (f"{'yes' if r['numbers_equal'] else 'NO'} ({r['numbers']})"
                if "numbers" in r else "- (prints nothing: a steps module)")
+    if "many_hosts_equal" in r:
+      numbers += (f"; 2x4: {'yes' if r['many_hosts_equal'] else 'NO'}, "
+                  "every process")
     net = (r["lines_after"] - r["lines_before"]) / max(r["pmaps"], 1)
     body.append(
         f"| `{r['program']}` | {r['pmaps']} | {r['lines_before']} → "
@@ -160,7 +175,8 @@ def main(argv=None) -> int:
   print(record["table"])
   ok = all(r["pmap_names"] == 0 and r["waits_added"] <= 0
            and r["lines_after"] - r["lines_before"] <= 10 * max(r["pmaps"], 1)
-           and r.get("numbers_equal", True) and r["prove"] in ("pass", "-")
+           and r.get("numbers_equal", True)
+           and r.get("many_hosts_equal", True) and r["prove"] in ("pass", "-")
            for r in record["rows"])
   return 0 if ok else 1
 

@@ -169,7 +169,9 @@ def test_the_batch_grouped_step_rounds_the_forward_pass_as_shard_map(
                             shard_map)
 
 
-@pytest.mark.parametrize("n_devices", [1, 2])
+# Four members a device (2 devices); all eight on one ran as well, and
+# took the same path at twice the compile time.
+@pytest.mark.parametrize("n_devices", [2])
 def test_with_several_members_a_device_each_runs_one_member_at_a_time(
     n_devices, digits):
   shard_map = _member_loss("ensemble", "shard_map", digits, n_devices)

@@ -11,16 +11,19 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_a_rewrite_with_a_wrong_in_spec_fails_its_proof(tmp_path, capsys):
-  source = ROOT / "examples" / "resnet" / "train_pmap.py"
+  # The pmap tutorial's program: its proof compiles in seconds (the
+  # ResNet's rewrite is proved in tests/test_rewrite.py).
+  source = ROOT / "examples" / "linear_regression" / "train_pmap.py"
   port = tmp_path / "train_port.py"
   assert rewrite.main([str(source), "-o", str(port)]) == 0
   # The step's arguments replicated, not split: every device takes device
-  # 0's copy of the state and device 0's slice of the batch.
+  # 0's copy of the parameters and device 0's rows of the batch.
   text = port.read_text()
-  spec = 'in_specs=(jax.P("batch"), jax.P("batch"))'
+  spec = 'in_specs=(jax.P("num_devices"), jax.P("num_devices"))'
   assert text.count(spec) == 1
-  port.write_text(text.replace(spec, 'in_specs=(jax.P(), jax.P("batch"))'))
-  team_port = port_module.load("examples.resnet.prove:port")
+  port.write_text(text.replace(
+      spec, 'in_specs=(jax.P(), jax.P("num_devices"))'))
+  team_port = port_module.load("examples.linear_regression.prove:port")
   code = rewrite_proof.prove(team_port, source, port, steps=2)
   out = capsys.readouterr().out
   assert code == 1
@@ -36,9 +39,9 @@ def test_prove_emulates_devices_as_compare_does(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   done = subprocess.run(
       [sys.executable, "-m", "compare.rewrite",
-       str(ROOT / "examples" / "resnet" / "train_pmap.py"),
+       str(ROOT / "examples" / "linear_regression" / "train_pmap.py"),
        "-o", str(tmp_path / "train_port.py"),
-       "--prove", "examples.resnet.prove:port", "--steps", "2"],
+       "--prove", "examples.linear_regression.prove:port", "--steps", "2"],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
       check=False)
   assert "8 cpu devices" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]

@@ -96,10 +96,18 @@ def test_every_strategy_passes_from_the_command_line(tmp_path, strategy,
       summary["pairs"])
 
 
+# The ensembles' `lr-1pct` left out (CI time): a member's update 1% off is
+# the same mistake as their `update-1pct-*` plants below, which fail at
+# their step.
+_SAME_AS_LATE = {("ensemble", "lr-1pct"), ("ensemble_data", "lr-1pct")}
+
+
 @pytest.mark.parametrize("strategy, name", [
     (strategy, control.name)
     for strategy, spec in strategies.STRATEGIES.items()
-    for control in spec.negative_controls if control.at_step is None])
+    for control in spec.negative_controls
+    if control.at_step is None and (strategy, control.name)
+    not in _SAME_AS_LATE])
 def test_negative_controls_exit_1(tmp_path, strategy, name):
   code, report = _run(tmp_path, strategy, "--negative-control", name)
   assert code == 1 and report["verdict"] == "fail", report["equivalence"]
@@ -115,7 +123,9 @@ def test_negative_controls_exit_1(tmp_path, strategy, name):
 # strategy; docs/measured/verdict_grid.json plants every strategy's last
 # default step).
 @pytest.mark.parametrize("strategy, control", [
-    *[(s, "update-1pct-from:2") for s in strategies.STRATEGIES],
+    # The ensemble's late plant is the one-step one (at its last step).
+    *[(s, "update-1pct-from:2") for s in strategies.STRATEGIES
+      if s != "ensemble"],
     *[(s, f"update-1pct-at:{SHORT[s][1]}") for s in ("data_parallel",
                                                      "ensemble")],
     ("data_parallel", "update-1pct-at:1")])

@@ -15,9 +15,8 @@ cannot be written so (the first-step helpers then stay: `rewrite_global`).
 Why each piece:
 - the mesh holds every process's devices in process order, pmap's axis
   index: a mesh of this process's devices alone reduces over them alone
-  (docs/jax-facts.md). It is built at import, so a program that joins
-  `jax.distributed` inside a function keeps the helpers, which build it at
-  the step's first call, after the join.
+  (docs/jax-facts.md). It is built at import; a program that joins
+  `jax.distributed` sets it after the join instead (`global_joined`).
 - `check_vma=False` only where the step differentiates: under jax's check
   the gradient of a `P()` argument arrives summed over the mesh and the
   program's own `pmean` would leave N times the gradient (the gradient
