@@ -28,6 +28,7 @@ import tempfile
 from compare._src.prove import port as port_module
 from compare._src.prove import port_steps
 from compare._src.prove import proof as proof_module
+from compare._src.rewrite import global_joined
 from compare._src.rewrite import rewrite_cost
 from compare._src.rewrite import rewrite_file
 
@@ -263,12 +264,6 @@ def plain_axes(text: str, name: str | None, written: str | None) -> dict:
           "out_axes": _axes_of_specs(spec["out_specs"])}
 
 
-def _sets_mesh(target: pathlib.Path) -> bool:
-  """Whether the written file sets jax's mesh (after its join) rather than
-  naming one in each shard_map (`global_joined`)."""
-  return "jax.set_mesh(" in target.read_text()
-
-
 def _on_global_mesh(global_step, axes: dict, size: int, mesh=None):
   """A `--global` port as a step on the Port's layout (one state placed
   with P(), the global batch): what the written port still takes in pmap's
@@ -367,18 +362,18 @@ def prove(port, source: pathlib.Path, target: pathlib.Path,
   the port runs on the Port's own layout, no adapter."""
   rewritten, axes, name = _written_port(port, source, target)
   moved = None
+  # A file that sets jax's mesh after its join: the Port's, while proved.
+  mesh = port.mesh if global_joined.sets_mesh(target.read_text()) else None
   if global_step and all(isinstance(axes.get(k), tuple) and len(axes[k]) == 2
                          for k in ("in_axes", "out_axes")):
-    proved = dataclasses.replace(
-        port, port_step=_on_global_mesh(
-            rewritten, axes, port.mesh.size,
-            port.mesh if _sets_mesh(target) else None))
+    proved = dataclasses.replace(port, port_step=_on_global_mesh(
+        rewritten, axes, port.mesh.size, mesh))
     port_module.check(proved)
     moved = (["what the global step moved: not measured for a step the "
               "Port adapts (compare.adapt_step): its arguments are not the "
               "Port's (state, batch)"]
              if hasattr(port.pmap_step, "signature")
-             else _what_moved(port, source, target, rewritten, axes))
+             else _what_moved(port, source, target, rewritten, axes, mesh))
   else:
     proved = _with_layout(port, rewritten)
   proof = proof_module.prove(proved, steps=steps, windows=1)
@@ -389,7 +384,7 @@ def prove(port, source: pathlib.Path, target: pathlib.Path,
   return proof.exit_code
 
 
-def _what_moved(port, source, target, global_port, axes) -> list[str]:
+def _what_moved(port, source, target, global_port, axes, mesh) -> list:
   """`rewrite_cost.lines` of the first step's port of the same pmap (the
   first step written to a temporary folder) and the global one."""
   with tempfile.TemporaryDirectory() as folder:
@@ -400,6 +395,5 @@ def _what_moved(port, source, target, global_port, axes) -> list[str]:
                 for k, v in first_axes.items()}
   return rewrite_cost.lines(rewrite_cost.describe(port, first_port,
                                                   first_axes),
-                            rewrite_cost.describe(
-                                port, global_port, axes,
-                                port.mesh if _sets_mesh(target) else None))
+                            rewrite_cost.describe(port, global_port, axes,
+                                                  mesh))
