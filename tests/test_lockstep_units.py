@@ -563,6 +563,17 @@ def test_the_truths_retakes_are_taken_once_a_step_for_every_port_run():
   assert len(checks._truth_nudged[1]) == len(lockstep.NUDGE_ULPS)
 
 
+def test_each_port_runs_retakes_are_its_own_not_the_truths_kept_ones():
+  # Two ports 1% off at step 2: the second is retaken after the truth's
+  # retakes are kept, and on its own steps it stays 1% off.
+  w = world({"first": planted_at(2), "second": planted_at(2)},
+            witness=None, steps=2)
+  ratios = w.drive().report(10.0, "why")["nudged_ratios"]
+  assert ratios["first"][1] > 1000 and ratios["second"][1] > 1000
+  assert w.rows.count("first") == w.rows.count("second") == len(
+      lockstep.NUDGE_ULPS)
+
+
 def test_a_run_over_the_band_takes_no_more_retakes_than_the_flip_limit():
   checks = world({"port": planted_at(*range(1, 5))}, witness=None).drive()
   retaken = [e is not None for e in checks.nudged_errors["port"]]
