@@ -53,7 +53,7 @@ def test_the_declared_step_takes_the_ports_layout():
   # device: pmap's view in the function's own return.
   assert 'in_specs=(jax.P(), jax.P("batch"))' in got.code
   assert 'out_specs=(jax.P(), jax.P("batch"))' in got.code
-  assert "return state, jax.tree.map(lambda a: a[None], 0)" in got.code
+  assert "return state, jax.tree.map(lambda a: jax.numpy.expand_dims(a, 0), 0)" in got.code
   assert "_pmap_" not in got.code
   assert any(text.startswith("the Port's layout: p_train_step")
              for _, _, text in _findings(got))
@@ -149,7 +149,7 @@ def test_metrics_taken_as_one_copy_fail_the_proof(tmp_path, capsys):
                        "--global", "--prove", f"{PORTS}:port", "--steps",
                        "1"]) == 1
   written = 'out_specs=(jax.P(), jax.P("batch"))'
-  view = "jax.tree.map(lambda a: a[None], loss)"
+  view = "jax.tree.map(lambda a: jax.numpy.expand_dims(a, 0), loss)"
   assert written in target.read_text() and view in target.read_text()
   # Planted: the loss one value, P(), as device 0's copy.
   target.write_text(target.read_text().replace(

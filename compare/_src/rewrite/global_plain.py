@@ -82,8 +82,12 @@ def plan(wrapper, ports, steps, axes_count, source) -> Plan:
   for node in ast.walk(ast.parse(source)):
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
       loads[node.id] = loads.get(node.id, 0) + 1
-  defined = {n.name for n in ast.parse(source).body
-             if isinstance(n, ast.FunctionDef)}
+  # Functions defined once in the file, at any depth (flax nlp_seq's
+  # eval_step is local to train_and_evaluate): pmap's view goes in the body
+  # of one only the pmap reads.
+  defs = [n.name for n in ast.walk(ast.parse(source))
+          if isinstance(n, ast.FunctionDef)]
+  defined = {n for n in defs if defs.count(n) == 1}
   return Plan({}, vma, reason, loads={n: c for n, c in loads.items()
                                       if n in defined},
               joined=global_joined.joins(source))

@@ -27,8 +27,10 @@ Why each piece:
 - pmap's per-device view only where a step takes or returns a value in
   pmap's stacked layout, as one line in its own body: a parameter
   `x = jax.tree.map(lambda a: a[0], x)`, an output `jax.tree.map(lambda
-  a: a[None], y)`. That edits the function, so only a function the pmap
-  decorates (no other caller can see it) is written so.
+  a: jax.numpy.expand_dims(a, 0), y)` (`a[None]` fails on a Python
+  number, and `psum(n, axis)` of an int is one). That edits the function,
+  so only a function the pmap decorates (no other caller can see it) is
+  written so.
 """
 
 import libcst as cst
@@ -44,7 +46,7 @@ _NAMES = {"mesh": ("mesh", "device_mesh", "pmap_axis_mesh"),
           R: ("replicated", "replicated_sharding", "state_sharding"),
           B: ("batch_sharding", "rows_sharding", "data_sharding")}
 UNSTACK = "jax.tree.map(lambda a: a[0], {})"
-STACK = "jax.tree.map(lambda a: a[None], {})"
+STACK = "jax.tree.map(lambda a: jax.numpy.expand_dims(a, 0), {})"
 
 
 def code(node) -> str:
