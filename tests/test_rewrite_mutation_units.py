@@ -1,0 +1,115 @@
+"""The `--global` reading's behaviours that mutation testing (`python -m
+bench.mutation`, issue 60) found no fast test pinning: each a small
+program rewritten in-process, no program run (bench/mutation_triage.toml
+names the mutant each test kills)."""
+
+from compare._src.rewrite.rewrite_global import rewrite_global_source
+
+HEAD = ("import jax\nimport jax.numpy as jnp\nfrom flax import jax_utils\n"
+        "from flax.training import common_utils\n\n"
+        "def train_step(state, batch):\n"
+        "  return jax.lax.pmean(batch, 'batch')\n\n"
+        "p_step = jax.pmap(train_step, axis_name='batch')\n\n")
+BOTH_PLACED = "in_specs (jax.P(), jax.P('batch'))"
+
+
+def _findings(body, head=HEAD):
+  return rewrite_global_source(head + body).findings
+
+
+def _people(findings):
+  return [f.text for f in findings if f.kind == "person"]
+
+
+def _changed(findings):
+  return " | ".join(f.text for f in findings if f.kind == "changed")
+
+
+def test_a_replace_of_a_state_out_of_view_is_out_of_view_too():
+  # global_calls.replace_kind: `x.replace(...)` of an `x` of no known
+  # layout (a parameter of a function never called) is of none either,
+  # not a host value; global_reader.visit_Assign judges it whole.
+  people = _people(_findings(
+      "def run(state, batch):\n  s = state.replace(step=1)\n"
+      "  return p_step(s, common_utils.shard(batch))\n"))
+  assert len(people) == 1, people
+  assert "argument 0 of p_step, `s`: where it comes from is not in view" in (
+      people[0])
+
+
+def test_a_tuple_placed_by_the_files_own_replicator_is_placed_alike():
+  # `a, b = jax.tree.map(rep, (a, b))`, `rep` a replicator bound in the
+  # file: both parts replicated, the call followed.
+  findings = _findings(
+      "def run(a, b, batch):\n  rep = lambda x: jnp.array([x] * 8)\n"
+      "  a, b = jax.tree.map(rep, (a, b))\n"
+      "  return p_step(a, common_utils.shard(batch))\n")
+  assert not _people(findings)
+  assert BOTH_PLACED in _changed(findings)
+  assert "jax.tree.map(...) -> jax.device_put(" in _changed(findings)
+
+
+def test_batches_of_a_prefetch_looped_over_are_global_batches():
+  findings = _findings(
+      "def run(state, it):\n  state = jax_utils.replicate(state)\n"
+      "  for batch in jax_utils.prefetch_to_device(it, 2):\n"
+      "    m = p_step(state, batch)\n  return m\n")
+  assert not _people(findings)
+  assert BOTH_PLACED in _changed(findings)
+  assert "jax_utils.prefetch_to_device(...) of batches" in _changed(findings)
+
+
+def test_a_zip_loop_takes_each_name_from_its_own_iterable():
+  # `for step, batch in zip(range(n), it)` (flax imagenet): `batch` from
+  # the prefetched `it`, a global batch.
+  findings = _findings(
+      "def run(state, it, n):\n  state = jax_utils.replicate(state)\n"
+      "  it = jax_utils.prefetch_to_device(it, 2)\n"
+      "  for step, batch in zip(range(n), it):\n"
+      "    m = p_step(state, batch)\n  return m\n")
+  assert not _people(findings)
+  assert BOTH_PLACED in _changed(findings)
+
+
+def test_a_function_rebound_to_its_own_pmap_is_no_step_used_as_a_value():
+  # `step = jax.pmap(step)`: the `step` pmap is given is the function
+  # mapped, not the step handed on.
+  findings = _findings(
+      "def step(state, batch):\n  return jax.lax.pmean(batch, 'batch')\n\n"
+      "step = jax.pmap(step, axis_name='batch')\n\n"
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  return step(state, common_utils.shard(batch))\n",
+      head=HEAD[:HEAD.index("def train_step")])
+  assert not _people(findings)
+  assert BOTH_PLACED in _changed(findings)
+
+
+def test_a_nested_function_taking_a_placed_value_is_no_public_function():
+  # Only a module-level function may be called from another file: a
+  # nested one given the replicated state gets no "callers in other
+  # files" note.
+  findings = _findings(
+      "def run(state, batch):\n  def go(s):\n"
+      "    return p_step(s, common_utils.shard(batch))\n"
+      "  state = jax_utils.replicate(state)\n  return go(state)\n")
+  assert not _people(findings)
+  assert BOTH_PLACED in _changed(findings)
+  assert "callers in other files" not in _changed(findings)
+
+
+def test_returns_of_tuples_of_two_lengths_are_not_read_by_element():
+  # A public function is noted as returning global arrays element by
+  # element only where every return is a tuple of one length.
+  def ran(second):
+    return _findings(
+        "def init(state, n):\n  state = jax_utils.replicate(state)\n"
+        "  if n:\n    return state, 1\n"
+        f"  return {second}\n\n"
+        "def run(state, batch):\n  s, _ = init(state, 0)\n"
+        "  return p_step(s, common_utils.shard(batch))\n")
+  same = ran("state, 2")
+  assert "callers in other files: init returns global arrays" in _changed(
+      same)
+  assert BOTH_PLACED in _changed(same)
+  two = ran("state, 1, 2")
+  assert "callers in other files" not in _changed(two)
