@@ -113,3 +113,36 @@ def test_returns_of_tuples_of_two_lengths_are_not_read_by_element():
   assert BOTH_PLACED in _changed(same)
   two = ran("state, 1, 2")
   assert "callers in other files" not in _changed(two)
+
+
+
+def test_a_steps_output_unpacked_into_a_call_keeps_its_stacked_layout():
+  # `show(*m)`: which parameter takes which part of the output cannot be
+  # read, so it is not followed into `show` (which reads its parameter as
+  # one value): the output stays stacked, out_specs P('batch'). Given
+  # whole (`show(m)`), it is followed and read as one value: P().
+  def ran(call):
+    return _changed(_findings(
+        "def show(a):\n  return jax_utils.unreplicate(a)\n\n"
+        "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+        "  m = p_step(state, common_utils.shard(batch))\n"
+        f"  return {call}\n"))
+  assert f"{BOTH_PLACED}, out_specs jax.P('batch')" in ran("show(*m)")
+  assert f"{BOTH_PLACED}, out_specs jax.P()," in ran("show(m)")
+
+
+def test_a_replaces_values_are_followed_one_binding_deeper_within_the_limit():
+  # The reading follows a value through at most 8 bindings (a guard on
+  # its recursion), `x.replace(k=v)`'s `v` counted one deeper than the
+  # replace: an alias chain of 6 from the replicated `o0` is followed,
+  # one of 7 is out of view, a mix with the replicated state refused.
+  def people(n):
+    chain = "".join(f"  o{i} = o{i - 1}\n" for i in range(1, n + 1))
+    return " | ".join(_people(_findings(
+        "def run(state, o0, batch):\n  state = jax_utils.replicate(state)\n"
+        "  o0 = jax_utils.replicate(o0)\n" + chain +
+        f"  s = state.replace(opt=o{n})\n"
+        "  return p_step(s, common_utils.shard(batch))\n")))
+  mixed = "state.replace(...) puts values of other layouts together"
+  assert mixed not in people(6)
+  assert f"{mixed} (replicated and [None])" in people(7)
