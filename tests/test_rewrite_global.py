@@ -45,9 +45,9 @@ def assert_idiomatic(source, port, pmaps=1):
     # the step pmeans (one value now), tree.map x[0].
     ("tutorial_linear_regression", [43, 74, 81, 82, 90, 94], True),
     # pmap in main, the np.stack replicate (metrics["loss"][0] as before:
-    # the loss is each device's own); called with a keyword argument, so
-    # the helpers stay.
-    ("local_pmap_train", [28, 33], False)])
+    # the loss is each device's own), the call's keyword argument passed
+    # by position (the step a lambda naming it).
+    ("local_pmap_train", [28, 33, 40], True)])
 def test_a_script_holds_no_stacked_layout_and_prints_the_same(
     script, changed_lines, plain, tmp_path, capsys):
   source, port = INPUTS / f"{script}.py", tmp_path / f"{script}_global.py"
@@ -96,13 +96,12 @@ def test_global_prove_passes_and_a_wrong_spec_fails(tmp_path, capsys):
   # gradient and the loss, fused), no byte moved more.
   assert "what the global step moved, per device" in out
   assert re.search(r"all-reduce +1 moving 20 B +1 moving 20 B", out), out
-  # The state read as a global batch: each device takes its rows of the
-  # parameters, a shape the body cannot use, or the wrong numbers.
   text = target.read_text()
-  spec = 'in_specs=((jax.P(), jax.P("batch")), jax.P("batch"))'
+  spec = 'in_specs=(jax.P(), jax.P("batch"), jax.P("batch"))'
   assert text.count(spec) == 1
-  target.write_text(text.replace(spec, spec.replace(
-      "(jax.P(), jax.P(\"batch\"))", "(jax.P(), jax.P())")))
+  # The batch taken whole on every device: its view takes device 0's rows.
+  target.write_text(text.replace(
+      spec, 'in_specs=(jax.P(), jax.P(), jax.P("batch"))'))
   assert rewrite_proof.prove(team_port, source, target, steps=3,
                              global_step=True) == 1
   assert "verdict: fail, first at step 1" in capsys.readouterr().out

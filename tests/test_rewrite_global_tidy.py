@@ -146,14 +146,18 @@ def test_the_tutorial_reads_its_pmeaned_loss_as_one_value(tmp_path, capsys):
 
 def test_a_file_keeping_the_helpers_is_told_why_and_waits_as_before(
     tmp_path, capsys):
-  # The negative control: local_pmap_train calls its step with a keyword
-  # argument, which shard_map does not take; its helpers wait on CPU.
+  # The negative control: a program whose join can be skipped by an early
+  # return (the mesh set after it would not be set on that path); its
+  # helpers build the mesh at the first call and wait on CPU.
+  source = tmp_path / "joined.py"
+  source.write_text((INPUTS / "multihost_tutorial.py").read_text().replace(
+      '  if "COORDINATOR" in os.environ:\n',
+      '  if "COORDINATOR" not in os.environ:\n    return\n  if True:\n'))
   port = tmp_path / "port.py"
-  assert rewrite.main([str(INPUTS / "local_pmap_train.py"), "-o", str(port),
-                       "--global"]) == 0
+  assert rewrite.main([str(source), "-o", str(port), "--global"]) == 0
   out = capsys.readouterr().out
-  assert "kept: the first step's helpers stay in this file: p_train_step " \
-      "is called with keyword arguments" in out
+  assert "kept: the first step's helpers stay in this file: join can " \
+      "return before its join" in out
   assert "docs/REWRITE.md#cpu-wait" not in out
   assert "_pmap_call(" in port.read_text()
 

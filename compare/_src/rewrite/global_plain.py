@@ -15,6 +15,7 @@ import libcst as cst
 from libcst import metadata
 
 from compare._src.rewrite import global_joined
+from compare._src.rewrite import global_keywords
 from compare._src.rewrite import global_written
 from compare._src.rewrite import pmap_arguments
 from compare._src.rewrite import rewrite_global
@@ -36,6 +37,7 @@ class Plan:
   loads: dict = dataclasses.field(default_factory=dict)  # name -> reads
   edits: dict = dataclasses.field(default_factory=dict)  # `PlainRewriter`
   joined: bool = False  # the mesh set after a join (`global_joined`)
+  keywords: dict = dataclasses.field(default_factory=dict)  # by step name
 
 
 def plan(wrapper, ports, steps, axes_count, source) -> Plan:
@@ -61,13 +63,16 @@ def plan(wrapper, ports, steps, axes_count, source) -> Plan:
                 "them)")
     if any("devices=" in p.template for p in ports):
       return "a pmap over given devices: the helpers build its mesh"
-    called = _keyword_calls(module, {s.name for s in steps.values()})
-    if called:
-      return (f"{called} is called with keyword arguments, which shard_map "
-              "does not take (the helper _pmap_keywords maps them)")
     return None
 
   reason = why()
+  keywords = {}
+  if reason is None:
+    funs = {s.name: cst.parse_expression(p.fun_code) for s in steps.values()
+            for p in ports if p.line == s.line and p.fun_code}
+    keywords = global_keywords.plan(module, steps, functions, funs)
+    if isinstance(keywords, str):
+      reason, keywords = keywords, {}
   vma = {}
   for port in ports:
     fn = functions.get(global_written.mapped_name(port.fun_code) or "")
@@ -90,7 +95,7 @@ def plan(wrapper, ports, steps, axes_count, source) -> Plan:
   defined = {n for n in defs if defs.count(n) == 1}
   return Plan({}, vma, reason, loads={n: c for n, c in loads.items()
                                       if n in defined},
-              joined=global_joined.joins(source))
+              joined=global_joined.joins(source), keywords=keywords)
 
 
 def _own_function(fun, loads) -> str | None:
@@ -104,20 +109,6 @@ def _own_function(fun, loads) -> str | None:
   if isinstance(fun, cst.Name) and loads.get(fun.value) == 1:
     return fun.value
   return None
-
-
-def _keyword_calls(module, step_names) -> str | None:
-  found = []
-
-  class Calls(cst.CSTVisitor):
-
-    def visit_Call(self, node):
-      if rewrite_pmap.dotted(node.func) in step_names and any(
-          a.keyword is not None or a.star for a in node.args):
-        found.append(rewrite_pmap.dotted(node.func))
-
-  module.visit(Calls())
-  return found[0] if found else None
 
 
 class PlainRewriter(rewrite_global.GlobalRewriter):
@@ -159,7 +150,8 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
     in_axes = literal(named["in_axes"]) if "in_axes" in named else 0
     out_axes = literal(named["out_axes"]) if "out_axes" in named else 0
     self._layout(line, in_axes, out_axes, axis)
-    in_code = global_written.specs(self.kinds, axis)
+    _, keywords = self._plan.keywords.get(self._steps[line].name, ((), ()))
+    in_code = global_written.specs(self.kinds + [S] * len(keywords), axis)
     out_code = global_written.specs(self.outs, axis)
     vma = self._plan.vma.get(line)
     donate = (self._code(named["donate_argnums"])
@@ -170,7 +162,11 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
         + ("mesh set after the join" if self._plan.joined else
            "module's mesh") + f": in_specs {in_code}, out_specs {out_code}, "
         + (vma or "check_vma at jax's default (the step takes no gradient)")
-        + (", donate_argnums kept" if donate else ""))))
+        + (", donate_argnums kept" if donate else "")
+        + (f"; called with keyword argument(s) {', '.join(keywords)}, "
+           "which shard_map does not take: passed by position now, the "
+           "step a lambda that names them, each with pmap's per-device view"
+           if keywords else ""))))
     stacked_args = [i for i, k in enumerate(self.kinds) if k == S]
     stacked_outs = ({None} if self.one_out and self.outs[0] == S else
                     {j for j, k in enumerate(self.outs) if k == S}
@@ -196,9 +192,26 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
     # starts at (after its target's `x = `), then templated as the first
     # step's ports are (`rewrite_pmap.Port`).
     fun_code = self._code(named["fun"])
+    mapped = fun_code
+    name = self._steps[line].name
+    if name in self._plan.keywords:
+      mapped = global_keywords.wrapped_function(fun_code,
+                                                *self._plan.keywords[name])
     return global_written.step_expression(
-        fun_code, parts, donate, 79 - self._column).replace(
+        mapped, parts, donate, 79 - self._column).replace(
             fun_code, rewrite_pmap.FUN, 1)
+
+  def leave_Call(self, original, updated):
+    written = super().leave_Call(original, updated)
+    name = rewrite_pmap.dotted(original.func)
+    if name in self._plan.keywords and isinstance(written, cst.Call):
+      keywords = self._plan.keywords[name][1]
+      self.findings.append(Finding(self._line(original), "changed", (
+          f"{name}(..., {', '.join(f'{k}=' for k in keywords)}...) -> "
+          f"{name}(..., {', '.join(keywords)}): shard_map takes no keyword "
+          "argument; the step's lambda names them")))
+      return global_keywords.by_position(written, keywords)
+    return written
 
   def _viewed(self, line, stacked_args, stacked_outs):
     # The pmap's own finding says where pmap's view stays, and how.
@@ -223,6 +236,11 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
       return viewed
     if not pmaps or len(original.decorators) > 1:
       return super().leave_FunctionDef(original, updated)
+    if updated.name.value in self._plan.keywords:
+      self.unplain = (f"{updated.name.value}, a pmap decorator's, is called "
+                      "with keyword arguments, which shard_map does not take "
+                      "(the helper _pmap_keywords maps them)")
+      return updated
     expr = updated.decorators[0].decorator
     line = self._line(original.decorators[0])
     named = {"fun": cst.Name(updated.name.value)}

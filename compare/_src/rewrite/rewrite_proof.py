@@ -29,8 +29,10 @@ from compare._src.prove import port as port_module
 from compare._src.prove import port_steps
 from compare._src.prove import proof as proof_module
 from compare._src.rewrite import global_joined
+from compare._src.rewrite import global_keywords
 from compare._src.rewrite import rewrite_cost
 from compare._src.rewrite import rewrite_file
+from compare._src.rewrite import written_axes
 
 
 def original_name(port, source: pathlib.Path) -> str | None:
@@ -119,9 +121,11 @@ def _port_of_local_pmap(port, source: pathlib.Path, target: pathlib.Path,
         f"{[p.line for p in ports]}) and {target} has {len(written)} "
         "ports of it; the proof needs exactly one of each")
   try:
-    return eval(  # pylint: disable=eval-used
+    step = eval(  # pylint: disable=eval-used
         fun_code.sub("_proved_function", written[0], count=1),
-        {**helpers, "_proved_function": fun}), ports[0].line, written[0]
+        {**helpers, "_proved_function": fun})
+    return global_keywords.proved_with_bound_keywords(
+        step, written[0], fun, port.mesh.size), ports[0].line, written[0]
   except NameError as err:
     raise port_module.PortError(
         f"--prove: the pmap at {source}:{ports[0].line} uses a local name "
@@ -217,51 +221,7 @@ def _written_axes(target: pathlib.Path, name: str | None,
     if isinstance(node, ast.Call) and getattr(node.func, "id", "") == \
         "_pmap_view":
       return {k.arg: ast.literal_eval(k.value) for k in node.keywords}
-  return plain_axes(text, name, written)
-
-
-def _axes_of_specs(spec, count=2):
-  """pmap's axes of `count` values a spec (or a tuple of them) lays out:
-  `P()` None (one value), `P(axis)` 0 (stacked per device)."""
-  specs = spec.elts if isinstance(spec, ast.Tuple) else [spec] * count
-  return tuple(None if isinstance(s, ast.Call) and not s.args else 0
-               for s in specs)
-
-
-def plain_axes(text: str, name: str | None, written: str | None) -> dict:
-  """The axes of a step `--global` wrote without helpers
-  (`global_plain`): its outputs' from `out_specs`; its arguments None (the
-  state placed once, the global batch) but where its body takes pmap's
-  view of one (`x = jax.tree.map(lambda a: a[0], x)`: given stacked)."""
-  tree = ast.parse(text)
-  shard_maps = [n for n in ast.walk(ast.parse(written) if written else tree)
-                if isinstance(n, ast.Call) and any(
-                    isinstance(a, ast.Attribute) and a.attr == "shard_map"
-                    for a in [n.func, *n.args])]
-  defs = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
-          and n.name == name and n.decorator_list]
-  if defs:
-    shard_maps = [d for d in defs[0].decorator_list if isinstance(
-        d, ast.Call) and any(isinstance(a, ast.Attribute)
-                             and a.attr == "shard_map" for a in d.args)]
-  elif name is not None:
-    assigned = [n.value for n in tree.body if isinstance(n, ast.Assign)
-                and [getattr(t, "id", None) for t in n.targets] == [name]]
-    shard_maps = [n for a in assigned for n in ast.walk(a)
-                  if isinstance(n, ast.Call) and isinstance(
-                      n.func, ast.Attribute) and n.func.attr == "shard_map"]
-  if len(shard_maps) != 1:
-    return {}
-  spec = {k.arg: k.value for k in shard_maps[0].keywords}
-  if "out_specs" not in spec:
-    return {}
-  params = [a.arg for a in defs[0].args.args] if defs else []
-  viewed = {stmt.targets[0].id for stmt in (defs[0].body if defs else [])
-            if isinstance(stmt, ast.Assign) and "lambda a: a[0]"
-            in ast.unparse(stmt.value)}
-  return {"in_axes": tuple(0 if p in viewed else None
-                           for p in params[:2]) or (None, None),
-          "out_axes": _axes_of_specs(spec["out_specs"])}
+  return written_axes.plain_axes(text, name, written)
 
 
 def _on_global_mesh(global_step, axes: dict, size: int, mesh=None):
@@ -338,7 +298,7 @@ def _written_port(port, source: pathlib.Path, target: pathlib.Path):
     if name is not None:
       # Written without helpers, its outputs are as its out_specs say (a
       # loss the step pmeans: one value, P()).
-      plain = plain_axes(target.read_text(), name, None)
+      plain = written_axes.plain_axes(target.read_text(), name, None)
       return (signature.adapt(getattr(_rewritten_module(target), name)),
               {**adapted, **{k: v for k, v in plain.items()
                              if k == "out_axes"}}, name)
