@@ -146,3 +146,51 @@ def test_a_replaces_values_are_followed_one_binding_deeper_within_the_limit():
   mixed = "state.replace(...) puts values of other layouts together"
   assert mixed not in people(6)
   assert f"{mixed} (replicated and [None])" in people(7)
+
+
+def test_a_dicts_values_are_followed_one_binding_deeper_within_the_limit():
+  # As a replace's values: `dict(opt=o6)` of a chain of 6 aliases of the
+  # replicated `o0` is replicated, the step takes it as P(); of 7, out of
+  # view.
+  def findings(n):
+    chain = "".join(f"  o{i} = o{i - 1}\n" for i in range(1, n + 1))
+    return _findings(
+        "def run(o0, batch):\n  o0 = jax_utils.replicate(o0)\n" + chain +
+        f"  d = dict(opt=o{n})\n"
+        "  return p_step(d, common_utils.shard(batch))\n")
+  six = findings(6)
+  assert not _people(six) and BOTH_PLACED in _changed(six)
+  assert [p[:52] for p in _people(findings(7))] == [
+      "global step not written: argument 0 of p_step, `d`: "]
+
+
+def test_a_parameters_default_of_none_is_a_value_of_no_layout():
+  # `def show(s=None)`, called `show(state)` and `show()`: the default is
+  # a host value (stacked, as pmap left it), so `s` is given two layouts.
+  people = _people(_findings(
+      "def show(s=None):\n  return jax_utils.unreplicate(s)\n\n"
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  show(state)\n  show()\n"
+      "  return p_step(state, common_utils.shard(batch))\n"))
+  assert any("show's parameter s is given values of different layouts: "
+             "replicated at line 16, stacked at line 17" in p
+             for p in people), people
+
+
+def test_a_decorated_pmaps_static_argument_is_no_argument_laid_out():
+  # `@functools.partial(jax.pmap, ..., static_broadcasted_argnums=(2,))`:
+  # the `3` given it is no value the second step places; the state and
+  # batch alone take in_specs.
+  findings = rewrite_global_source(
+      "import functools\nimport jax\nfrom flax import jax_utils\n"
+      "from flax.training import common_utils\n\n"
+      "@functools.partial(jax.pmap, axis_name='batch',"
+      " static_broadcasted_argnums=(2,))\n"
+      "def p_step(state, batch, n):\n"
+      "  return jax.lax.pmean(batch * n, 'batch')\n\n"
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  return p_step(state, common_utils.shard(batch), 3)\n").findings
+  assert not _people(findings)
+  assert (f"{BOTH_PLACED}, out_specs jax.P('batch'), check_vma=False (as "
+          "pmap runs), static_broadcasted_argnums (2,) as jit's static_argnums"
+          ) in _changed(findings)
