@@ -70,7 +70,10 @@ def _from_the_command_line(spec):
       cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
 
 
-@pytest.mark.parametrize("name", list(EXAMPLES))
+# The command line is the same for every Port: one example through it (the
+# fastest to compile); each example's proof and wrong port run in process
+# above (CI time).
+@pytest.mark.parametrize("name", ["linear_regression"])
 def test_the_example_and_its_wrong_port_from_the_command_line(name):
   right = _from_the_command_line(f"examples.{name}.prove:port")
   assert right.returncode == 0, right.stdout[-2000:] + right.stderr[-2000:]

@@ -196,7 +196,8 @@ def test_bad_config_exits_2_in_one_line(argv, message, capsys):
 
 def test_sweep_devices_reports_every_count(tmp_path):
   path, png = tmp_path / "sweep.json", tmp_path / "sweep.png"
-  code = cli.main(["--strategy", "data_parallel", "--steps", "1",
+  code = cli.main(["--strategy", "data_parallel", "--workload", "linreg",
+                   "--steps", "1",
                    "--batch-size", "64", "--windows", "1", "--sweep-devices",
                    "1,2", "--json", str(path), "--plot", str(png)])
   report = json.loads(path.read_text())
