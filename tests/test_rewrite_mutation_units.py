@@ -194,3 +194,49 @@ def test_a_decorated_pmaps_static_argument_is_no_argument_laid_out():
   assert (f"{BOTH_PLACED}, out_specs jax.P('batch'), check_vma=False (as "
           "pmap runs), static_broadcasted_argnums (2,) as jit's static_argnums"
           ) in _changed(findings)
+
+
+def test_a_bare_pmap_decorator_takes_the_global_step_over_its_devices():
+  # `@jax.pmap`, no call: no static argument to read, the axis "devices".
+  findings = rewrite_global_source(
+      "import jax\nfrom flax import jax_utils\n"
+      "from flax.training import common_utils\n\n"
+      "@jax.pmap\ndef p_step(state, batch):\n  return batch * 2\n\n"
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  return p_step(state, common_utils.shard(batch))\n").findings
+  assert not _people(findings)
+  assert "in_specs (jax.P(), jax.P(\"devices\"))" in _changed(findings)
+
+
+def test_a_pmaps_static_argument_is_no_argument_laid_out():
+  # `p_step = jax.pmap(f, ..., static_broadcasted_argnums=(2,))`: as the
+  # decorated step's, the `3` takes no in_spec.
+  findings = rewrite_global_source(
+      "import jax\nfrom flax import jax_utils\n"
+      "from flax.training import common_utils\n\n"
+      "def train_step(state, batch, n):\n"
+      "  return jax.lax.pmean(batch * n, 'batch')\n\n"
+      "p_step = jax.pmap(train_step, axis_name='batch',"
+      " static_broadcasted_argnums=(2,))\n\n"
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  return p_step(state, common_utils.shard(batch), 3)\n").findings
+  assert not _people(findings)
+  assert "static_broadcasted_argnums (2,) as jit's static_argnums" in (
+      _changed(findings))
+  assert BOTH_PLACED in _changed(findings)
+
+
+def test_an_output_put_in_a_named_dict_or_replace_read_as_one_is_one_value():
+  # `d = dict(loss=m)` or `s = x.replace(k=p_step(...))` of the step's
+  # output, then unreplicated: the output is read as one value, its
+  # out_specs P().
+  def changed(lines):
+    return _changed(_findings(
+        "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+        "  b = common_utils.shard(batch)\n" + lines))
+  as_one = f"{BOTH_PLACED}, out_specs jax.P(),"
+  assert as_one in changed("  m = p_step(state, b)\n  d = dict(loss=m)\n"
+                           "  return jax_utils.unreplicate(d)\n")
+  assert as_one in changed("  m = p_step(state, b)\n"
+                           "  s = m.replace(k=p_step(state, b))\n"
+                           "  return jax_utils.unreplicate(s)\n")
