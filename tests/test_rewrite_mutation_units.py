@@ -209,21 +209,25 @@ def test_a_bare_pmap_decorator_takes_the_global_step_over_its_devices():
 
 
 def test_a_pmaps_static_argument_is_no_argument_laid_out():
-  # `p_step = jax.pmap(f, ..., static_broadcasted_argnums=(2,))`: as the
-  # decorated step's, the `3` takes no in_spec.
-  findings = rewrite_global_source(
-      "import jax\nfrom flax import jax_utils\n"
-      "from flax.training import common_utils\n\n"
-      "def train_step(state, batch, n):\n"
-      "  return jax.lax.pmean(batch * n, 'batch')\n\n"
-      "p_step = jax.pmap(train_step, axis_name='batch',"
-      " static_broadcasted_argnums=(2,))\n\n"
-      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
-      "  return p_step(state, common_utils.shard(batch), 3)\n").findings
-  assert not _people(findings)
-  assert "static_broadcasted_argnums (2,) as jit's static_argnums" in (
-      _changed(findings))
-  assert BOTH_PLACED in _changed(findings)
+  # `p_step = jax.pmap(f, ..., static_broadcasted_argnums=(2,))`, or the
+  # same through `functools.partial(jax.pmap, ...)(f)`: as the decorated
+  # step's, the `3` takes no in_spec.
+  for made in ("jax.pmap(train_step, axis_name='batch',"
+               " static_broadcasted_argnums=(2,))",
+               "functools.partial(jax.pmap, axis_name='batch',"
+               " static_broadcasted_argnums=(2,))(train_step)"):
+    findings = rewrite_global_source(
+        "import functools\nimport jax\nfrom flax import jax_utils\n"
+        "from flax.training import common_utils\n\n"
+        "def train_step(state, batch, n):\n"
+        "  return jax.lax.pmean(batch * n, 'batch')\n\n"
+        f"p_step = {made}\n\n"
+        "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+        "  return p_step(state, common_utils.shard(batch), 3)\n").findings
+    assert not _people(findings), made
+    assert "static_broadcasted_argnums (2,) as jit's static_argnums" in (
+        _changed(findings))
+    assert BOTH_PLACED in _changed(findings), made
 
 
 def test_an_output_put_in_a_named_dict_or_replace_read_as_one_is_one_value():
