@@ -244,3 +244,24 @@ def test_an_output_put_in_a_named_dict_or_replace_read_as_one_is_one_value():
   assert as_one in changed("  m = p_step(state, b)\n"
                            "  s = m.replace(k=p_step(state, b))\n"
                            "  return jax_utils.unreplicate(s)\n")
+
+
+def test_a_placement_assigned_to_a_subscript_is_one_not_followed():
+  # `h["s"] = jax_utils.replicate(other)`: no name to follow it by.
+  people = _people(_findings(
+      "def run(state, other, batch, h):\n"
+      "  state = jax_utils.replicate(state)\n"
+      "  h['s'] = jax_utils.replicate(other)\n"
+      "  return p_step(state, common_utils.shard(batch))\n"))
+  assert len(people) == 1, people
+  assert ("the value of jax_utils.replicate(...) goes where its layout "
+          "cannot be followed") in people[0]
+
+
+def test_next_of_prefetched_batches_is_a_global_batch():
+  findings = _findings(
+      "def run(state, it):\n  state = jax_utils.replicate(state)\n"
+      "  it = jax_utils.prefetch_to_device(it, 2)\n  batch = next(it)\n"
+      "  return p_step(state, batch)\n")
+  assert not _people(findings)
+  assert BOTH_PLACED in _changed(findings)
