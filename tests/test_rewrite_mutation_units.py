@@ -265,3 +265,12 @@ def test_next_of_prefetched_batches_is_a_global_batch():
       "  return p_step(state, batch)\n")
   assert not _people(findings)
   assert BOTH_PLACED in _changed(findings)
+
+
+def test_a_function_returning_a_placed_value_not_bound_names_its_return():
+  people = _people(_findings(
+      "def init(state):\n  return jax_utils.replicate(state)\n\n"
+      "def run(state, batch):\n"
+      "  return p_step(init(state), common_utils.shard(batch))\n"))
+  assert any("init returns a replicated value (line 12): call it as "
+             "`x = init(...)`" in p for p in people), people
