@@ -274,3 +274,17 @@ def test_a_function_returning_a_placed_value_not_bound_names_its_return():
       "  return p_step(init(state), common_utils.shard(batch))\n"))
   assert any("init returns a replicated value (line 12): call it as "
              "`x = init(...)`" in p for p in people), people
+
+
+def test_a_public_functions_note_says_what_callers_elsewhere_now_get():
+  notes = [f.text for f in _findings(
+      "def init(state):\n  state = jax_utils.replicate(state)\n"
+      "  return state\n\n"
+      "def run(state, batch):\n  s = init(state)\n"
+      "  return p_step(s, common_utils.shard(batch))\n")
+           if f.text.startswith("callers in other files")]
+  assert notes == [
+      "callers in other files: init returns global arrays, as this file's "
+      "calls give and read them; a caller in another file, if any, now "
+      "gives and gets them placed once (NamedSharding), not pmap's "
+      "[devices, ...]"]
