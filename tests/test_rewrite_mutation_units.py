@@ -288,3 +288,13 @@ def test_a_public_functions_note_says_what_callers_elsewhere_now_get():
       "calls give and read them; a caller in another file, if any, now "
       "gives and gets them placed once (NamedSharding), not pmap's "
       "[devices, ...]"]
+
+
+def test_prefetch_given_its_batches_by_keyword_is_left_to_a_person():
+  people = _people(_findings(
+      "def run(state, it):\n  state = jax_utils.replicate(state)\n"
+      "  for batch in jax_utils.prefetch_to_device(iterator=it, size=2):\n"
+      "    m = p_step(state, batch)\n  return m\n"))
+  assert ("global step not written: prefetch_to_device's batches given by "
+          "keyword or */**: place each global batch with NamedSharding(mesh, "
+          "P(axis)) by hand (docs/MIGRATION.md#prefetch)") in people, people
