@@ -253,9 +253,11 @@ def test_a_placement_assigned_to_a_subscript_is_one_not_followed():
       "  state = jax_utils.replicate(state)\n"
       "  h['s'] = jax_utils.replicate(other)\n"
       "  return p_step(state, common_utils.shard(batch))\n"))
-  assert len(people) == 1, people
-  assert ("the value of jax_utils.replicate(...) goes where its layout "
-          "cannot be followed") in people[0]
+  assert people == [
+      "global step not written: the value of jax_utils.replicate(...) goes "
+      "where its layout cannot be followed (inside an expression, a "
+      "comprehension or a return): bind it to a name first, or place it by "
+      "hand (docs/MIGRATION.md#idiom-map)"]
 
 
 def test_next_of_prefetched_batches_is_a_global_batch():
