@@ -54,7 +54,10 @@ else
          tests/test_data_parallel.py::test_negative_control_one_changed_example
          "tests/test_accumulation.py::test_ports_match_reference[4-8]"
          tests/test_accumulation.py::test_pmap_shard_map_check_fails_on_one_changed_label
-         tests/test_ensemble_data.py
+         # The nested pmap, which only this runtime runs (the shard_map
+         # and jit ports against the reference run in the first part).
+         tests/test_ensemble_data.py::test_nested_pmap_equals_shard_map_where_it_runs
+         tests/test_ensemble_data.py::test_gradient_over_the_wrong_axis_is_caught
          tests/test_equivalence.py)
 fi
 # The rewrite of jax.device_put_replicated/_sharded, which run here only:
