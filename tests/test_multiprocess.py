@@ -115,12 +115,7 @@ def _kill_and_wait(job, victim):
 BASELINE = ("data_parallel", "accumulation")
 
 
-# The classic ensemble left out (CI time: 72 s): its members across
-# processes are ensemble_data's member axis here; its pmap ~ shard_map
-# bitwise, every member, in one process (tests/test_ensemble.py and the
-# original runtime's compare).
-@pytest.mark.parametrize("strategy", [s for s in STRATEGIES
-                                      if s != "ensemble"])
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_two_processes_end_as_one(strategy, tmp_path):
   """2 x D devices end with the 1 x 2D state digests, bitwise, every run
   (the ensembles: pmap, shard_map and the reference agree in the job)."""
