@@ -1,7 +1,7 @@
 """The prover at real sizes: peak memory, copies of the state and CPU time.
 
     python -m bench.prove_scale [--sizes 0.5,2,4,8] [--transformer]
-        [--steps 4] [--reference]
+        [--steps 4] [--reference] [--census]
 
 For each size (millions of parameters), a flax Linen MLP under AdamW,
 written as a team writes it: a donating pmap step that pmeans its
@@ -154,6 +154,13 @@ def _child(args) -> None:
       placed, _ = port.port_step(placed, compare.shard_batch(
           port.batches(i), port.mesh))
     jax.block_until_ready(placed)
+  elif args.census:
+    from bench import prove_census  # pylint: disable=g-import-not-at-top
+    with prove_census.counted(setattr, record["state_bytes"],
+                              host=True) as seen:
+      compare.prove(port, windows=0)
+    record["device_sets"] = max(device for device, _ in seen)
+    record["host_copies"] = max(host for _, host in seen)
   else:
     # No timing windows: the proof as a CI run takes it (timing is more
     # steps by design, not the proof's cost).
@@ -192,6 +199,9 @@ def main(argv=None) -> int:
   parser.add_argument("--one", help=argparse.SUPPRESS)
   parser.add_argument("--programs-only", action="store_true",
                       help=argparse.SUPPRESS)
+  parser.add_argument("--census", action="store_true",
+                      help="also count device sets and host copies at each "
+                      "lockstep boundary (one more proof per size)")
   args = parser.parse_args(argv)
   if args.one:
     _child(args)
@@ -208,6 +218,12 @@ def main(argv=None) -> int:
     proof = _measure(["--one", run, *common])
     programs = _measure(["--one", run, "--programs-only", *common])
     row = {"run": run, "proof": proof, "programs": programs}
+    if args.census and "failed" not in proof:
+      row["census"] = _measure(["--one", run, "--census", *common])
+      proof["census"] = (f"  census: {row['census']['device_sets']:.2f} "
+                         f"device sets, {row['census']['host_copies']:.2f} "
+                         "host copies") if "failed" not in row[
+                             "census"] else "  census failed"
     rows.append(row)
     if "failed" in proof or "failed" in programs:
       print(f"{run:<16} failed: {proof.get('failed') or programs['failed']}"
@@ -222,8 +238,9 @@ def main(argv=None) -> int:
     ratio = proof["cpu_s"] / programs["cpu_s"]
     print(f"{run:<16} {proof['params'] / 1e6:>6.1f}M {copy:>9.1f} "
           f"{proof['peak_mb']:>9.0f} {sets:>5.1f} {programs['peak_mb']:>9.0f}"
-          f" {proof['cpu_s']:>8.1f} {programs['cpu_s']:>8.1f} {ratio:>6.2f}"
-          f"  {proof['verdict']} {proof['first_failure'] or ''}")
+          f" {added:>6.1f} {proof['cpu_s']:>8.1f} {programs['cpu_s']:>8.1f} {ratio:>6.2f}"
+          f"  {proof['verdict']} {proof['first_failure'] or ''}"
+          f"{proof.get('census', '')}")
   if args.json:
     with open(args.json, "w", encoding="utf-8") as out:
       json.dump(rows, out, indent=1)

@@ -9,7 +9,6 @@ device its own dropout key, the same way under pmap and under shard_map.
 """
 
 import einops
-import flax.jax_utils
 import jax
 import numpy as np
 from jax.sharding import NamedSharding
@@ -17,8 +16,22 @@ from jax.sharding import PartitionSpec as P
 
 
 def replicate(tree, devices):
-  """One copy of `tree` per device, stacked on a new leading axis (pmap)."""
-  return flax.jax_utils.replicate(tree, devices=list(devices))
+  """One copy of `tree` per device, stacked on a new leading axis (pmap).
+
+  Each device's row is put on it alone: `flax.jax_utils.replicate` stacks
+  every device's copy on the host first, a transient host copy of the
+  whole device-set (issue 57: 1.8 GB at 19.9M parameters on 8 devices).
+  """
+  devices = list(devices)
+  sharding = NamedSharding(jax.sharding.Mesh(np.array(devices), ("devices",)),
+                           P("devices"))
+
+  def stacked(x):
+    row = (x if isinstance(x, jax.Array) else np.asarray(x))[None]
+    return jax.make_array_from_single_device_arrays(
+        (len(devices), *row.shape[1:]), sharding,
+        [jax.device_put(row, device) for device in devices])
+  return jax.tree.map(stacked, tree)
 
 
 def unreplicate(tree):

@@ -254,7 +254,7 @@ def test_the_report_holds_every_field_of_the_checks(monkeypatch):
       "shared_eval": {n: {"accuracy": 1.0} for n in ("truth", "pmap",
                                                      "port")},
       "metric_band": checks.metric_band, "batch_rows": ROWS,
-      "initial": checks.initial, "judged": judged}
+      "judged": judged}
   assert report["band"] == pytest.approx(EPS, rel=1e-6)
   assert report["extra_steps"] == 4 + 1 + 2 * len(lockstep.NUDGE_ULPS)
 
@@ -272,5 +272,5 @@ def test_a_leaf_rounding_moves_too_far_is_named_unjudged_and_not_counted():
 
 def test_the_leaves_are_named_by_their_path_and_shape():
   checks = world().checks
-  assert checks._leaf_names() == [
+  assert checks.leaf_names == [
       "['params']['b'] (3,)", "['params']['w'] (4,)", "['step'] ()"]

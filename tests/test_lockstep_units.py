@@ -54,14 +54,29 @@ def test_a_new_lockstep_knows_its_runs_and_has_checked_nothing():
   assert checks._calibration is None and checks._truth_before is None
 
 
-def test_each_run_keeps_its_skeleton_and_host_state_and_the_truths_is_shared():
+def test_each_run_keeps_its_skeleton_and_runs_that_agree_share_one_host():
   w = world()
+  truth = w.runs["truth"].host
   for name, run in w.runs.items():
     assert equivalence.trees_same_bits(run.host, _initial()), name
     assert jax.tree.structure(run.initial) == jax.tree.structure(run.state)
-  assert w.checks._shared is w.runs["truth"].host
-  assert w.checks.initial is w.runs["truth"].host
-  assert w.checks._before == {n: r.host for n, r in w.runs.items()}
+    # Issue 57: one host copy of the state where the runs hold its bits.
+    assert run.host is truth, name
+  assert w.checks._shared is truth and w.checks.shared is truth
+  # The names only: the initial state itself is not kept.
+  assert len(w.checks.leaf_names) == len(jax.tree.leaves(truth))
+
+
+def test_a_run_apart_from_the_others_keeps_its_own_host_copy():
+  w = world()
+  pmap = w.runs["pmap"]
+  pmap.state = {**pmap.state, "step": np.asarray(5)}
+  lockstep.Lockstep(list(w.runs.values()), [("truth", "pmap")], 1, 4, 2,
+                    lambda r, b: b, truth="truth",
+                    perturbation=lambda t: None)
+  assert pmap.host is not w.runs["truth"].host
+  assert int(pmap.host["step"]) == 5
+  assert w.runs["port"].host is w.runs["truth"].host
 
 
 def test_a_witness_that_is_not_running_judges_no_port_run():
@@ -110,12 +125,15 @@ def test_the_calibration_steps_the_truths_own_state_on_the_changed_batch():
   assert w.checks._calibration is None and w.checks.extra_steps == 1
 
 
-def test_before_a_step_each_runs_host_state_is_kept_and_the_truths_shared():
+def test_before_a_checked_step_only_the_truths_host_state_is_kept():
   w = world(check_every=2, steps=4)
   w.step(1, w.batches[0])
-  w.checks.before_step(2, w.batches[1])  # not checked: kept all the same
-  assert w.checks._before == {n: r.host for n, r in w.runs.items()}
+  w.checks.before_step(2, w.batches[1])
   assert w.checks._shared is w.runs["truth"].host
+  assert w.checks._apart_now == {n: False for n in w.runs}
+  w.checks.after_step(2, w.batches[1])
+  w.checks.before_step(3, w.batches[2])  # not checked: nothing kept
+  assert w.checks._shared is None and w.checks._apart_now == {}
 
 
 def test_a_truth_the_host_cannot_place_keeps_a_copy_of_its_state_to_retake():
@@ -134,13 +152,14 @@ def test_a_truth_the_host_cannot_place_keeps_a_copy_of_its_state_to_retake():
 def test_the_host_states_are_let_go_after_every_step_checked_or_not():
   w = world(check_every=2, steps=4, truth_module=NoFromHost)
   w.step(1, w.batches[0])
-  assert w.checks._before == {} and w.checks._truth_before is None
+  assert w.checks._apart_now == {} and w.checks._truth_before is None
+  assert w.checks._shared is None
   w.checks.before_step(2, w.batches[1])
-  assert w.checks._before
+  assert w.checks._apart_now and w.checks._shared is not None
   w.checks.after_step(2, w.batches[1])
-  assert w.checks._before == {}
+  assert w.checks._apart_now == {} and w.checks._shared is None
   w.step(3, w.batches[2])  # not checked
-  assert w.checks._before == {}
+  assert w.checks._apart_now == {} and w.checks._shared is None
   assert w.checks._calibration is None
 
 

@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from compare._src.prove import equivalence
+from compare._src.prove import host_copies
 from compare._src.prove import leaf_bands
 # `place` and `skeleton` are the lockstep's (tests patch them here).
 from compare._src.prove.placement import SKELETON_MAX_SIZE  # pylint: disable=unused-import
@@ -124,16 +125,27 @@ class Lockstep:
     # and those it took its extra step from it at (they must be the same).
     self.apart = {name: [] for name in self.runs}
     self.stepped = {name: [] for name in self.runs}
-    self._calibration = None  # the truth's calibration step, host arrays
-    self._truth_before = None
+    self._calibration = self._truth_before = None  # the truth's, host
     # Each run's host state before the step: the shared state at step 1 is
-    # the common initial state, which every run should hold bitwise.
+    # the common initial state, which every run should hold bitwise. A
+    # run's host state bitwise an earlier run's is that one (one copy).
+    hosts = []
     for run in self.runs.values():
       run.initial = skeleton(run.state)
-      run.host = run.module.to_host(run.state)
-    self._shared = self.reference.host
-    self._before = {name: run.host for name, run in self.runs.items()}
-    self.initial = self.reference.host  # the common initial state
+      run.host = host_copies.same_as_one_of(run.module.to_host(run.state),
+                                             hosts)
+      hosts.append(run.host)
+    self._shared = self.reference.host  # at a checked step, before it
+    # Per run, at a checked step: whether it starts it apart from the
+    # shared state (the run's host state before the step is not kept).
+    self._apart_now = {}
+    self.leaf_names = host_copies.leaf_names(self.reference.host)
+
+  @property
+  def shared(self):
+    """The truth's host state before the checked step being taken (None
+    between checks): at step 1, the common initial state."""
+    return self._shared
 
   def is_checked(self, t: int) -> bool:
     """Step 1, every `check_every`-th step and the last are checked (none
@@ -148,10 +160,11 @@ class Lockstep:
   def before_step(self, t: int, host_batch) -> None:
     """Takes the truth's calibration step t now, from its own state, before
     its own step may donate it: no copy outlives the calibration step."""
-    self._before = {name: run.host for name, run in self.runs.items()}
-    self._shared = self.reference.host
+    self._shared = self.reference.host if self.is_checked(t) else None
     if self.is_checked(t):
       start = time.perf_counter()
+      self._apart_now = {name: not equivalence.trees_same_bits(
+          run.host, self._shared) for name, run in self.runs.items()}
       self._calibration = self._calibration_step(t, host_batch)
       # A truth the host cannot place (our strategies' one-device
       # references) keeps its own state for its nudged retakes.
@@ -170,16 +183,39 @@ class Lockstep:
         # Reported only for a pair that was bitwise for some steps.
         pair.stopped_bitwise_at = t if t > 1 else None
     if not self.is_checked(t):
-      self._before = {}  # the last step's host states: let go
       return
     start = time.perf_counter()
-    for name, before in self._before.items():
-      if not equivalence.trees_same_bits(before, self._shared):
+    for name, apart in self._apart_now.items():
+      if apart:
         self.apart[name].append(t)
     stepped = {name: self._step_from_shared(run, t, host_batch)
                for name, run in self.runs.items()}
     results = {name: state for name, (state, _) in stepped.items()}
     metrics = {name: m for name, (_, m) in stepped.items()}
+    for (a, b), pair in self.pairs.items():
+      errors = equivalence.update_errors(results[a], results[b],
+                                         self._shared)
+      pair.errors.append(max(errors.values(), default=0.0))
+      pair.leaf_errors.append(errors)
+      pair.metric_gaps.append(equivalence.metric_gaps(metrics[a],
+                                                      metrics[b]))
+    self._calibrate()
+    self.batch_rows = len(next(iter(jax.tree.leaves(host_batch))))
+    for run, errors in self.witness_errors.items():
+      errors.append(equivalence.update_errors(
+          results[run], results[self.witness], self._shared))
+    for run, errors in self.nudged_errors.items():
+      errors.append(self._nudged_error(run, t, host_batch, results))
+    self.checked.append(t)
+    self._apart_now, self._truth_before, self._shared = {}, None, None
+    self.seconds += time.perf_counter() - start
+
+  def _calibrate(self) -> None:
+    """This checked step's band: the truth's calibration step against its
+    own. At every checked step, bitwise pairs too: a band measured only where a
+    pair parts has too few steps to leave a calibration's own rounding
+    flip out of it (`band_of`), and a 1% mistake at that step hides under
+    it (`test_the_report_holds_every_field_of_the_checks`)."""
     calibration, calibration_metrics = self._calibration
     self._calibration = None
     self.band_leaves.append(equivalence.update_errors(
@@ -189,22 +225,6 @@ class Lockstep:
         calibration_metrics, self.reference.step_metrics).items():
       self.metric_band[key] = max(self.metric_band.get(key, 0.0),
                                   equivalence.relative_gap(gap))
-    self.batch_rows = len(next(iter(jax.tree.leaves(host_batch))))
-    for (a, b), pair in self.pairs.items():
-      errors = equivalence.update_errors(results[a], results[b],
-                                         self._shared)
-      pair.errors.append(max(errors.values(), default=0.0))
-      pair.leaf_errors.append(errors)
-      pair.metric_gaps.append(equivalence.metric_gaps(metrics[a],
-                                                      metrics[b]))
-    for run, errors in self.witness_errors.items():
-      errors.append(equivalence.update_errors(
-          results[run], results[self.witness], self._shared))
-    for run, errors in self.nudged_errors.items():
-      errors.append(self._nudged_error(run, t, host_batch, results))
-    self.checked.append(t)
-    self._before, self._truth_before = {}, None
-    self.seconds += time.perf_counter() - start
 
   def evaluate_shared(self, steps: int, evaluate) -> None:
     """Every run's own `evaluate(run, state)` of the ground truth's state
@@ -219,8 +239,7 @@ class Lockstep:
   def _step_from_shared(self, run, t, host_batch):
     """`run`'s step t from the shared state: its state and its metrics, as
     host arrays."""
-    if run is self.reference or equivalence.trees_same_bits(
-        self._before[run.name], self._shared):
+    if run is self.reference or not self._apart_now[run.name]:
       return run.host, run.step_metrics
     state = place(run, self._shared, t - 1)
     batch = run.module.put_batch(self.rows(run, host_batch), run.placement)
@@ -321,8 +340,8 @@ class Lockstep:
         "unjudged_leaves": judged["unjudged"],
         "judged_leaves": len(judged["bands"]) + sum(
             leaf not in judged["bands"] and leaf not in judged["unjudged"]
-            for leaf in self._leaf_names()),
-        "leaves": len(self._leaf_names()),
+            for leaf in self.leaf_names),
+        "leaves": len(self.leaf_names),
         "leaf_band_floor": judged["floor"],
         "band_flip_steps": sorted({self.checked[i] for flips in
                                    judged["flips"].values() for i in flips}),
@@ -339,17 +358,7 @@ class Lockstep:
         "flip_limit": flip_limit(len(self.checked)),
         "shared_eval": self.shared_eval,
         "metric_band": self.metric_band, "batch_rows": self.batch_rows,
-        "initial": self.initial, "judged": judged,
-        "pairs": pairs}
-
-  def _leaf_names(self) -> list[str]:
-    """Every array leaf of the shared state, by the name `update_errors`
-    gives it (its path and shape)."""
-    return [f"[{key!r}]" + jax.tree_util.keystr(path)
-            + f" {tuple(np.shape(x))}"
-            for key in self.initial
-            for path, x in jax.tree_util.tree_leaves_with_path(
-                self.initial[key])]
+        "judged": judged, "pairs": pairs}
 
 
 def band_of(per_step: list) -> tuple[float, list]:

@@ -20,6 +20,7 @@ import tqdm
 
 from shardport.launch import distributed
 from compare._src.prove import equivalence
+from compare._src.prove import host_copies
 from compare._src.measure import hlo
 from compare._src.prove import lockstep
 from compare._src.prove import progress as progress_lines
@@ -60,10 +61,9 @@ class Run:
   compiled: dict = dataclasses.field(default_factory=dict)
   losses: list = dataclasses.field(default_factory=list)
   since_eval: list = dataclasses.field(default_factory=list)
-  first_step: object = None
   step_metrics: dict = dataclasses.field(default_factory=dict)
   host: object = None
-  initial: object = None  # a copy of the initial state (`compare._src.prove.lockstep`)
+  initial: object = None  # its skeleton (`compare._src.prove.placement`)
   handover: dict | None = None  # what `--switch-at` handed over (pmap's)
   history: list = dataclasses.field(default_factory=list)
   summary: dict = dataclasses.field(default_factory=dict)
@@ -170,8 +170,10 @@ def _setup(strategy, config, n_devices, control):
   return runs
 
 
-def _step(run, host_batch, i, n_devices):
-  """One optimiser step of `run`; returns whether it stayed finite."""
+def _step(run, host_batch, i, n_devices, fetched):
+  """One optimiser step of `run`; returns whether it stayed finite. Its
+  host state is the one of `fetched` (this step's runs') holding its bits,
+  if any (`host_copies.same_as_one_of`)."""
   if run.perturbation is not None:
     host_batch = run.perturbation.batch(host_batch, i,
                                         global_devices(n_devices))
@@ -190,9 +192,10 @@ def _step(run, host_batch, i, n_devices):
   run.step_metrics = run.module.metrics_to_host(metrics)
   run.since_eval.append(run_metrics.scalar_metrics(run.step_metrics))
   run.losses.append(run.since_eval[-1]["loss"])
-  run.host = run.module.to_host(run.state)
-  if i == 0:
-    run.first_step = run.host
+  run.host = host_copies.same_as_one_of(run.module.to_host(run.state), fetched)
+  if any(run.host is other for other in fetched):
+    return np.isfinite(run.losses[-1])  # the other's host was checked
+  fetched.append(run.host)
   return np.isfinite(run.losses[-1]) and equivalence.all_finite(run.host)
 
 
@@ -211,12 +214,12 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   run also steps from the reference's state (`compare._src.prove.lockstep`).
 
   Returns:
-    `(runs, pairs, drift, diverged, lockstep, raised)`: the runs
+    `(runs, pairs, drift, diverged, lockstep, raised, first_steps)`: the runs
     (calibrations last), the pairs that ran, the per-step params difference
     of every pair (and of the ground truth and each calibration run),
     `{run name: step}` for the runs that blew up or raised, the lockstep
-    checks, and `{port run: (step, the error's first line)}` for a port's
-    step that raised.
+    checks, `{port run: (step, the error's first line)}` for a port's
+    step that raised, and `equivalence.compare_pairs` of the first step.
   """
   runs = _setup(strategy, config, n_devices, control)
   names = {run.name for run in runs}
@@ -232,7 +235,7 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   test_batch = strategy.test_batch(data, global_devices(n_devices))
   every = strategy.eval_every(config, strategy.train_size(data))
   drift = {f"{a}~{b}": [] for a, b in tracked}
-  diverged, raised = {}, {}
+  diverged, raised, first_steps = {}, {}, None
   order = strategy.train_batches(config, data)
   progress_lines.phase(f"training {config.steps} steps, every run from the "
                        "same state on the same batches, checked in lockstep")
@@ -241,9 +244,10 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
       disable=not (progress and progress_lines.bar_shown()))):
     progress_lines.step(i + 1, config.steps)
     checks.before_step(i + 1, host_batch)
+    fetched = []
     for run in runs:
       try:
-        finite = _step(run, host_batch, i, n_devices)
+        finite = _step(run, host_batch, i, n_devices, fetched)
       except Exception as err:  # pylint: disable=broad-except
         if run.name not in strategy.port_runs or run.perturbation is not None:
           err.add_note(f"in {run.name}'s step {i + 1}")  # the crash's line
@@ -265,6 +269,10 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
     for a, b in tracked:
       drift[f"{a}~{b}"].append(equivalence.max_abs_difference(
           by_name[a].host["params"], by_name[b].host["params"]))
+    if i == 0:  # judged at the end; no host copy kept till then
+      first_steps = equivalence.compare_pairs(
+          pairs, {run.name: run.host for run in runs},
+          strategy.tolerances["first_step"], checks.shared)
     if diverged:
       break
     checks.after_step(i + 1, host_batch)
@@ -277,7 +285,7 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   if not diverged:
     checks.evaluate_shared(config.steps, lambda run, state: _evaluate(
         strategy, run, config, test_batch, state))
-  return runs, pairs, drift, diverged, checks, raised
+  return runs, pairs, drift, diverged, checks, raised, first_steps
 
 
 def measure_throughput(strategy, runs, config, data, windows: int):
@@ -332,7 +340,7 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
             progress: bool = False, control=None, switch_at=None,
             check_every: int = 1) -> dict:
   """Trains, checks and times every run; returns the report's fields."""
-  runs, pairs, drift, diverged, checks, raised = train(
+  runs, pairs, drift, diverged, checks, raised, first_steps = train(
       strategy, config, data, n_devices, progress, control, switch_at,
       check_every)
   checks = checks.report(strategy.lockstep_multiple,
@@ -346,9 +354,8 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
   # A port's step that raised stopped the runs at different steps: nothing
   # to pair (the verdict names the raise).
   results = [] if raised else verdicts.first_step(
-      strategy, pairs, {r.name: r.first_step for r in runs},
-      checks if checks["checked_steps"] else None)
-  del checks["initial"]  # host arrays: not for the report
+      strategy, pairs, None, checks if checks["checked_steps"] else None,
+      measured=first_steps)
   del checks["judged"]  # the leaf bands, in the report as leaf_bands
   if not raised:
     results += verdicts.lockstep(strategy, checks)

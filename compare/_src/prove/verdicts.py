@@ -29,7 +29,7 @@ DIVERGED = "diverged"
 NOISE_FLOOR = 1e-6
 
 
-def first_step(strategy, pairs, firsts, checks=None) -> list[dict]:
+def first_step(strategy, pairs, firsts, checks=None, measured=None):
   """Every pair after one free-running step from its own initial state.
 
   With lockstep checks, a pair that is not bitwise is judged as lockstep
@@ -39,18 +39,18 @@ def first_step(strategy, pairs, firsts, checks=None) -> list[dict]:
   apart as the states, the update's own rounding (random data's cancelling
   gradients: 3.3e-6 absolute on a bias, beyond 1e-5 of its largest
   element) within the band. Without checks (timing the checks' cost), the
-  strategy's first-step tolerance judges, and it is shown beside the ratio
-  always.
-  """
+  strategy's first-step tolerance judges, shown beside the ratio always.
+  `measured`: `equivalence.compare_pairs` of the step as it ran (`firsts`
+  then unread: no host copy kept to the end). Returns the results."""
   tol = strategy.tolerances["first_step"]
+  measured = measured or equivalence.compare_pairs(
+      pairs, firsts, tol, (checks or {}).get("initial"))
   results = []
   for a, b in pairs:
-    result = {"a": a, "b": b, "at": "first_step",
-              **equivalence.compare_trees(firsts[a], firsts[b], tol)}
-    if (checks and checks.get("initial") is not None
-        and result["verdict"] != equivalence.BITWISE):
-      ratio, leaf = leaf_bands.score(equivalence.update_errors(
-          firsts[a], firsts[b], checks["initial"]), checks["judged"])
+    stats, errors = measured[a, b]
+    result = {"a": a, "b": b, "at": "first_step", **stats}
+    if checks and errors is not None:
+      ratio, leaf = leaf_bands.score(errors, checks["judged"])
       result["band_ratio"] = ratio
       result["band_leaf"] = leaf
       result["allowed_ratio"] = checks["multiple"]
