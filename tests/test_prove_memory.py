@@ -13,6 +13,8 @@ host (`bench.prove_census`): the shared state, the calibration step and
 one copy per distinct run's state; each copy removed is planted back.
 """
 
+import types
+
 import jax
 import numpy as np
 import pytest
@@ -177,3 +179,26 @@ def test_the_crash_line_names_the_run_and_the_step(capsys, monkeypatch):
   assert capsys.readouterr().err.splitlines()[-1] == (
       "compare: crashed: ValueError: planted (in pmap's step 2; exit 4; "
       "--traceback shows where)")
+
+
+def test_runs_sharing_one_host_copy_all_diverge_together():
+  """A right port's state is pmap's, one host copy for both: where it holds
+  a non-finite value under a finite loss, every run sharing it is told it
+  diverged, not the first alone."""
+  blown = {"params": {"w": np.array([1.0, np.inf], np.float32)}}
+
+  def run(name):
+    module = types.SimpleNamespace(
+        put_batch=lambda batch, placement: batch,
+        to_host=lambda state: jax.tree.map(np.copy, blown),
+        metrics_to_host=lambda metrics: metrics)
+    return types.SimpleNamespace(
+        name=name, module=module, perturbation=None, local_batch=False,
+        placement=None, same_as=None, since_eval=[], losses=[],
+        state=None, step=lambda state, batch: (state, {"loss": 0.5}))
+
+  fetched = {}
+  finite = [runner._step(run(name), {"x": np.ones(2)}, 1, 8, fetched)  # pylint: disable=protected-access
+            for name in ("pmap", "port")]
+  assert finite == [False, False]
+  assert len(fetched) == 1  # one host copy, checked once

@@ -192,11 +192,11 @@ def _step(run, host_batch, i, n_devices, fetched):
   run.step_metrics = run.module.metrics_to_host(metrics)
   run.since_eval.append(run_metrics.scalar_metrics(run.step_metrics))
   run.losses.append(run.since_eval[-1]["loss"])
-  run.host = host_copies.same_as_one_of(run.module.to_host(run.state), fetched)
-  if any(run.host is other for other in fetched):
-    return np.isfinite(run.losses[-1])  # the other's host was checked
-  fetched.append(run.host)
-  return np.isfinite(run.losses[-1]) and equivalence.all_finite(run.host)
+  run.host = host_copies.same_as_one_of(
+      run.module.to_host(run.state), [host for host, _ in fetched.values()])
+  if id(run.host) not in fetched:  # a host state checked once
+    fetched[id(run.host)] = run.host, equivalence.all_finite(run.host)
+  return np.isfinite(run.losses[-1]) and fetched[id(run.host)][1]
 
 
 def _record_history(strategy, run, config, test_batch, step):
@@ -244,7 +244,7 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
       disable=not (progress and progress_lines.bar_shown()))):
     progress_lines.step(i + 1, config.steps)
     checks.before_step(i + 1, host_batch)
-    fetched = []
+    fetched = {}  # by id: this step's host states, whether finite
     for run in runs:
       try:
         finite = _step(run, host_batch, i, n_devices, fetched)
