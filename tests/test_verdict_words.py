@@ -9,6 +9,7 @@ import types
 import numpy as np
 import pytest
 
+from compare._src.prove import equivalence
 from compare._src.prove import verdicts
 from shardport.strategies import tolerances
 
@@ -164,6 +165,21 @@ def test_with_checks_the_first_step_is_judged_against_the_band(
   assert result["band_leaf"] == "['w'] (4,)"
   assert result["allowed_ratio"] == 10.0
   assert (result["verdict"], result["flip_steps"]) == (verdict, flips)
+
+
+def test_with_checks_a_bitwise_first_step_is_bitwise_with_no_band():
+  start, same = _firsts(np.float32(0.0))
+  result = verdicts.first_step(STRATEGY, [("jit", "pmap")], same,
+                               {**_checks([0.0] * 3), "initial": start})[0]
+  assert result["verdict"] == "bitwise" and "band_ratio" not in result
+  # Measured as the step ran (the runner's way): the same verdict.
+  measured = equivalence.compare_pairs([("jit", "pmap")], same,
+                                       STRATEGY.tolerances["first_step"],
+                                       start)
+  assert measured["jit", "pmap"][1] is None
+  assert verdicts.first_step(STRATEGY, [("jit", "pmap")], None,
+                             _checks([0.0] * 3), measured=measured) == [
+                                 result]
 
 
 def _first(moved, checks):
