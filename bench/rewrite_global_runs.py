@@ -79,6 +79,29 @@ def _mnist_folder(folder: pathlib.Path) -> None:
   (folder / "examples" / "datasets.py").write_text(mnist)
 
 
+def written(before: str, after: str, done, port) -> dict:
+  """What `compare.rewrite --global` (its run `done`) wrote over `before`:
+  lines, a diff's lines added and removed, `_pmap_` names, waits added,
+  pmaps rewritten, places left and `--prove`'s verdict."""
+  diff = list(difflib.unified_diff(before.splitlines(), after.splitlines(),
+                                   lineterm="", n=0))
+  return {"diff": "\n".join(diff[2:]),
+          "pmaps": len(re.findall(r": changed: pmap over", done.stdout)),
+          "exit": done.returncode,
+          "lines_before": len(before.splitlines()),
+          "lines_after": len(after.splitlines()),
+          "added": sum(1 for l in diff
+                       if l.startswith("+") and not l.startswith("+++")),
+          "removed": sum(1 for l in diff
+                         if l.startswith("-") and not l.startswith("---")),
+          "pmap_names": len(re.findall(r"\b_pmap_\w+", after)),
+          "waits_added": after.count("block_until_ready")
+                         - before.count("block_until_ready"),
+          "prove": (re.findall(r"^verdict: (\w+)", done.stdout, re.M)
+                    or ["-" if not port else "none"])[-1],
+          "left": len(re.findall(r": left: ", done.stdout))}
+
+
 def measure_one(name, port, script, folder: pathlib.Path) -> dict:
   source = folder / f"{name}.py"
   shutil.copyfile(INPUTS / f"{name}.py", source)
@@ -91,25 +114,8 @@ def measure_one(name, port, script, folder: pathlib.Path) -> dict:
   done = _run(["-m", "compare.rewrite", str(given), "-o", str(target),
                "--global"] + (["--prove", port, "--steps", "3"]
                               if port else []), ROOT)
-  before, after = source.read_text(), target.read_text()
-  diff = list(difflib.unified_diff(before.splitlines(), after.splitlines(),
-                                   lineterm="", n=0))
-  added = sum(1 for l in diff if l.startswith("+") and not l.startswith("+++"))
-  removed = sum(1 for l in diff if l.startswith("-")
-                and not l.startswith("---"))
-  verdict = re.findall(r"^verdict: (\w+)", done.stdout, re.M)
-  diff_text = "\n".join(diff[2:])
-  row = {"program": f"tests/rewrite_inputs/{name}.py", "diff": diff_text,
-         "pmaps": len(re.findall(r": changed: pmap over", done.stdout)),
-         "exit": done.returncode,
-         "lines_before": len(before.splitlines()),
-         "lines_after": len(after.splitlines()),
-         "added": added, "removed": removed,
-         "pmap_names": len(re.findall(r"\b_pmap_\w+", after)),
-         "waits_added": after.count("block_until_ready")
-                        - before.count("block_until_ready"),
-         "prove": verdict[-1] if verdict else ("-" if not port else "none"),
-         "left": len(re.findall(r": left: ", done.stdout))}
+  row = {"program": f"tests/rewrite_inputs/{name}.py",
+         **written(source.read_text(), target.read_text(), done, port)}
   if script:
     original, port_run = _run([source.name], folder), _run([target.name],
                                                            folder)
@@ -118,7 +124,7 @@ def measure_one(name, port, script, folder: pathlib.Path) -> dict:
     row["numbers_equal"] = (original.returncode == port_run.returncode == 0
                             and numbers == _numbers(port_run.stdout)
                             and bool(numbers))
-    if "jax.distributed.initialize" in before:
+    if "jax.distributed.initialize" in source.read_text():
       # Every line of every process, in 2 processes x 4 devices (gloo).
       row["many_hosts_equal"] = (rewrite_many_hosts.run_job(source, 2, 4)
                                  == rewrite_many_hosts.run_job(target, 2, 4))
@@ -131,22 +137,31 @@ def table(rows) -> str:
           "equal | `--prove` |\n|---|---|---|---|---|---|---|---|")
   body = []
   for r in rows:
-    numbers = (f"{'yes' if r['numbers_equal'] else 'NO'} ({r['numbers']})"
-               if "numbers" in r else "- (prints nothing: a steps module)")
+    if "not_run" in r:  # a flax example without a flax checkout
+      body.append(f"| {r['program']} | not run: {r['not_run']} "
+                  "| - | - | - | - | - | - |")
+      continue
+    numbers = (f"{'yes' if r['numbers_equal'] else 'NO'} ({r['numbers']}"
+               f"{r.get('numbers_what', '')})" if "numbers" in r
+               else r.get("no_numbers", "- (prints nothing: a steps module)"))
     if "many_hosts_equal" in r:
       numbers += (f"; 2x4: {'yes' if r['many_hosts_equal'] else 'NO'}, "
                   "every process")
+    numbers += r.get("numbers_also", "")
     net = (r["lines_after"] - r["lines_before"]) / max(r["pmaps"], 1)
+    program = (f"`{r['program']}`" if r["program"].startswith("tests/")
+               else r["program"])
     body.append(
-        f"| `{r['program']}` | {r['pmaps']} | {r['lines_before']} → "
+        f"| {program} | {r['pmaps']} | {r['lines_before']} → "
         f"{r['lines_after']} (+{r['added']}, -{r['removed']}) | {net:+.0f} "
         f"| {r['pmap_names']} | {r['waits_added']} | {numbers} | "
         f"{r['prove']} |")
   return head + "\n" + "\n".join(body)
 
 
-def measure() -> dict:
+def measure(flax: pathlib.Path | None) -> dict:
   import jax  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from bench import rewrite_global_flax  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   rows = []
   for name, port, script in PROGRAMS:
     folder = pathlib.Path(tempfile.mkdtemp(prefix="shardport-global-"))
@@ -155,13 +170,19 @@ def measure() -> dict:
     finally:
       shutil.rmtree(folder, ignore_errors=True)
     print(rows[-1], flush=True)
+  # flax's nlp_seq and imagenet as written, where a checkout is given.
+  rows += rewrite_global_flax.rows(flax)
   tutorial = rows[0]["diff"]
   return {"tutorial_diff_block": "\n".join(
       f"    {line}" for line in tutorial.splitlines()),
           "what": "python -m compare.rewrite FILE --global [--prove PORT "
                   "--steps 3] on each input of tests/rewrite_inputs it "
-                  "writes a step for; scripts run on 8 emulated CPU devices",
-          "command": "python -m docs.build_guide --measure rewrite_global",
+                  "writes a step for, and on flax's examples/nlp_seq and "
+                  "examples/imagenet as written (with --flax or "
+                  "FLAX_CHECKOUT); scripts run on 8 emulated CPU devices",
+          "command": "python -m docs.build_guide --measure rewrite_global"
+                     + (f" (FLAX_CHECKOUT={flax})" if flax else ""),
+          "flax_checkout": str(flax) if flax else None,
           "jax_version": jax.__version__, "rows": rows,
           "table": table(rows)}
 
@@ -169,11 +190,15 @@ def measure() -> dict:
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--json", required=True)
+  parser.add_argument("--flax", type=pathlib.Path,
+                      default=os.environ.get("FLAX_CHECKOUT") or None,
+                      help="a checkout of google/flax: its nlp_seq and "
+                      "imagenet measured too (default: $FLAX_CHECKOUT)")
   args = parser.parse_args(argv)
-  record = measure()
+  record = measure(args.flax)
   pathlib.Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
   print(record["table"])
-  ok = all(r["pmap_names"] == 0 and r["waits_added"] <= 0
+  ok = all("not_run" in r or r["pmap_names"] == 0 and r["waits_added"] <= 0
            and r["lines_after"] - r["lines_before"] <= 10 * max(r["pmaps"], 1)
            and r.get("numbers_equal", True)
            and r.get("many_hosts_equal", True) and r["prove"] in ("pass", "-")

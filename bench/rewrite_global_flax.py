@@ -1,0 +1,130 @@
+"""flax's examples/nlp_seq and examples/imagenet, as written, in the
+`--global` table of bench/rewrite_global_runs.py (issue 58).
+
+Given a checkout of google/flax (`--flax` or FLAX_CHECKOUT) and a Python
+with tensorflow-cpu, tensorboard, tensorflow-datasets, clu and
+ml_collections beside jax, each example's own `train.py` is rewritten from
+a copy of its folder with `python -m compare.rewrite train.py -o
+train_global.py --global --prove PORT --steps 3` (its Port beside it:
+bench/real_programs/nlp_seq_port.py, imagenet_port.py), and the original
+and the port are run on 8 emulated CPU devices as bench/real_programs
+runs them: nlp_seq by `run.nlp_seq` (synthetic CoNLL-U, every tensorboard
+scalar but `steps per second` compared), imagenet by `imagenet_mock.py`
+(tfds mock data, `_ResNet1`, every tensorboard scalar but
+`steps_per_second` and a digest of each leaf of the checkpoint it saves).
+Without a checkout or those packages (CI has neither) each row says it was
+not run, and why.
+"""
+
+import filecmp
+import importlib.util
+import pathlib
+import shutil
+import tempfile
+
+from bench.real_programs import run
+from bench.rewrite_global_runs import written
+
+HERE = run.HERE
+NLP_SEQ = "flax `examples/nlp_seq/train.py` (as written)"
+IMAGENET = "flax `examples/imagenet/train.py` (as written)"
+# What each example imports beyond jax and flax.
+NEEDS = {NLP_SEQ: ("tensorflow", "tensorboard"),
+         IMAGENET: ("tensorflow", "tensorboard", "tensorflow_datasets",
+                    "clu", "ml_collections")}
+
+
+def _global(folder: pathlib.Path, port: str) -> dict:
+  """`--global --prove` of the folder's train.py, its Port copied beside
+  it: the written file's row (bench.rewrite_global_runs.written)."""
+  shutil.copyfile(HERE / f"{port}.py", folder / f"{port}.py")
+  done, seconds = run._python(  # pylint: disable=protected-access
+      ["-m", "compare.rewrite", "train.py", "-o", "train_global.py",
+       "--global", "--prove", f"{port}:port", "--steps", "3"], folder)
+  row = written((folder / "train.py").read_text(),
+                (folder / "train_global.py").read_text(), done, port)
+  row["prove_seconds"] = round(seconds, 1)
+  if row["prove"] == "none":
+    row["prove_error"] = (done.stdout + done.stderr).strip().splitlines()[-3:]
+  return row
+
+
+def nlp_seq(flax: pathlib.Path, work: pathlib.Path) -> dict:
+  """run.nlp_seq (rewrite, both run, every scalar compared), then the
+  rewrite proved with nlp_seq_port; the file proved is the file run."""
+  record = run.nlp_seq(flax, work, True)
+  folder = work / "nlp_seq"
+  row = {"program": NLP_SEQ, **_global(folder, "nlp_seq_port")}
+  row["same_file_run"] = filecmp.cmp(folder / "train_port.py",
+                                     folder / "train_global.py",
+                                     shallow=False)
+  row["numbers"] = record["numbers"]
+  row["numbers_what"] = " tensorboard scalars"
+  row["numbers_equal"] = (record["ran"] and record["same_numbers"]
+                          and record.get("largest_relative") == 0.0
+                          and row["same_file_run"])
+  row["seconds"] = record["seconds"]
+  for key in ("original_error", "port_error"):
+    if key in record:
+      row[key] = record[key]
+  return row
+
+
+def imagenet(flax: pathlib.Path, work: pathlib.Path) -> dict:
+  """The rewrite proved with imagenet_port, then imagenet_mock.py on the
+  example and on a copy with the rewrite as its train.py."""
+  folder, ported = work / "imagenet", work / "imagenet_global"
+  shutil.copytree(flax / "examples" / "imagenet", folder)
+  shutil.copytree(folder, ported)
+  row = {"program": IMAGENET, **_global(folder, "imagenet_port")}
+  shutil.copyfile(folder / "train_global.py", ported / "train.py")
+  outputs, row["seconds"] = {}, []
+  for name, where in (("original", folder), ("port", ported)):
+    done, seconds = run._python(  # pylint: disable=protected-access
+        [HERE / "imagenet_mock.py", where], where)
+    row["seconds"].append(round(seconds, 1))
+    if done.returncode:
+      row[f"{name}_error"] = done.stderr.strip().splitlines()[-3:]
+    lines = done.stdout.splitlines() if done.returncode == 0 else []
+    outputs[name] = ([l for l in lines if not l.startswith("checkpoint ")],
+                     [l for l in lines if l.startswith("checkpoint ")])
+  (scalars, leaves), (got, got_leaves) = outputs["original"], outputs["port"]
+  row["numbers"] = len(scalars)
+  row["numbers_what"] = " tensorboard scalars"
+  row["numbers_equal"] = scalars == got and bool(scalars)
+  same = sum(1 for a, b in zip(leaves, got_leaves) if a == b)
+  row["checkpoint_leaves"], row["checkpoint_leaves_bitwise"] = (
+      len(leaves), same if len(leaves) == len(got_leaves) else 0)
+  row["numbers_also"] = (f"; checkpoint: {same} of {len(leaves)} leaves "
+                         "bitwise" if leaves else "; no checkpoint read")
+  return row
+
+
+def _missing(program: str) -> list[str]:
+  return [name for name in NEEDS[program]
+          if importlib.util.find_spec(name) is None]
+
+
+def rows(flax: pathlib.Path | None) -> list[dict]:
+  """The two rows: measured where a checkout and the packages are here,
+  else each with `not_run`, the reason."""
+  out = []
+  for program, measure in ((NLP_SEQ, nlp_seq), (IMAGENET, imagenet)):
+    folder = "nlp_seq" if measure is nlp_seq else "imagenet"
+    if flax is None:
+      out.append({"program": program, "not_run": "no flax checkout given "
+                  "(`--flax` or FLAX_CHECKOUT; CI has none)"})
+    elif not (flax / "examples" / folder / "train.py").is_file():
+      out.append({"program": program, "not_run":
+                  f"no examples/{folder}/train.py under {flax}"})
+    elif _missing(program):
+      out.append({"program": program, "not_run": "this Python lacks "
+                  + ", ".join(_missing(program))})
+    else:
+      work = pathlib.Path(tempfile.mkdtemp(prefix="shardport-flax-"))
+      try:
+        out.append(measure(flax, work))
+      finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print({k: v for k, v in out[-1].items() if k != "diff"}, flush=True)
+  return out
