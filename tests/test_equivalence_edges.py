@@ -114,9 +114,20 @@ def test_a_leafs_statistics_and_tolerance():
       False, float("inf"), float("inf"))
   zero = equivalence._leaf_stats(F32([1e-3]), F32([0.0]), tol)
   assert zero["max_rel"] == pytest.approx(1e-3 / 1e-30, rel=1e-6)
+  same = equivalence._leaf_stats(F32([1.0, np.nan]), F32([1.0, np.nan]), tol)
+  assert same == {"bitwise": True, "close": True, "max_abs": 0.0,
+                  "max_rel": 0.0, "max_ulp": 0}
   empty = equivalence._leaf_stats(F32([]), F32([]), tol)
   assert (empty["max_abs"], empty["max_rel"], empty["max_ulp"]) == (
       0.0, 0.0, 0)
+  # Empty leaves of two dtypes are not the same bits: computed, no crash.
+  empties = equivalence._leaf_stats(F32([]), np.zeros(0, np.float64), tol)
+  assert empties == {"bitwise": False, "close": True, "max_abs": 0.0,
+                     "max_rel": 0.0, "max_ulp": 0}
+  # -0.0 and +0.0: other bits, no ulp between them.
+  signed = equivalence._leaf_stats(F32([-0.0]), F32([0.0]), tol)
+  assert signed == {"bitwise": False, "close": True, "max_abs": 0.0,
+                    "max_rel": 0.0, "max_ulp": 0}
 
 
 def test_ulps_of_each_float_width_and_across_zero():

@@ -61,7 +61,7 @@ def _leaf_stats(a, b, tol):
   allowed = tol.atol * (magnitude.max(initial=0.0)) + tol.rtol * magnitude
   finite = np.isfinite(diff)
   return {
-      "bitwise": same_bits(a, b),
+      "bitwise": False,
       "close": bool(np.all(finite) and np.all(diff <= allowed)),
       "max_abs": float(np.where(finite, diff, np.inf).max(initial=0.0)),
       "max_rel": float((diff / np.maximum(magnitude, 1e-30)).max(
