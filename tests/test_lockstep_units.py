@@ -52,6 +52,7 @@ def test_a_new_lockstep_knows_its_runs_and_has_checked_nothing():
   assert checks.apart == {n: [] for n in runs}
   assert checks.stepped == {n: [] for n in runs}
   assert checks._calibration is None and checks._truth_before is None
+  assert checks._apart_now == {}  # no step started apart yet
 
 
 def test_each_run_keeps_its_skeleton_and_runs_that_agree_share_one_host():
