@@ -13,7 +13,10 @@ for a script, the original and the port run on 8 emulated CPU devices and
 every number they print compared (a program that joins jax.distributed
 also in 2 processes x 4 devices, every line of every process). A steps
 module prints nothing: its
-Port's `--prove` is its check. One row per program, one markdown table.
+Port's `--prove` is its check. Given a checkout of google/flax (`--flax` or
+FLAX_CHECKOUT), flax's examples/nlp_seq and examples/imagenet as written
+too (bench/rewrite_global_flax.py); without one their rows say why they
+were not run. One row per program, one markdown table.
 """
 
 import argparse
