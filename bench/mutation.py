@@ -141,9 +141,22 @@ def changed_line(diff: str) -> str:
 
 
 def load_triage(path=TRIAGE) -> dict:
-  """`{mutant name: entry}` of the triage file's `[[mutant]]` entries."""
+  """`{mutant name: entry}` of the triage file's `[[mutant]]` entries.
+
+  Raises:
+    ValueError: a key outside every entry (an entry that lost its
+      `[[mutant]]` line would be read as none), or a name twice.
+  """
   with open(path, "rb") as f:
-    return {entry["name"]: entry for entry in tomllib.load(f).get("mutant", [])}
+    loaded = tomllib.load(f)
+  if set(loaded) - {"mutant"}:
+    raise ValueError(f"{path}: keys outside any [[mutant]] entry: "
+                     f"{sorted(set(loaded) - {'mutant'})}")
+  names = [entry["name"] for entry in loaded.get("mutant", [])]
+  if len(set(names)) != len(names):
+    raise ValueError(f"{path}: a mutant triaged twice: "
+                     f"{sorted({n for n in names if names.count(n) > 1})}")
+  return {entry["name"]: entry for entry in loaded.get("mutant", [])}
 
 
 def _say_failing(tests):

@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -61,4 +63,18 @@ def test_each_triaged_survivor_names_a_function_of_todays_source():
   triage = mutation.load_triage()
   assert triage
   assert mutation.read_triage(triage)[0] == []
+
+
+@pytest.mark.parametrize("text, message", [
+    # An entry whose `[[mutant]]` line was lost: read as top-level keys.
+    ('name = "a"\nline = "x"\n', "keys outside any"),
+    ('[[mutant]]\nname = "a"\n[[mutant]]\nname = "a"\n', "triaged twice"),
+])
+def test_a_triage_file_that_would_lose_an_entry_is_refused(
+    tmp_path, text, message):
+  from bench import mutation  # pylint: disable=g-import-not-at-top
+  path = tmp_path / "triage.toml"
+  path.write_text(text)
+  with pytest.raises(ValueError, match=message):
+    mutation.load_triage(path)
 
