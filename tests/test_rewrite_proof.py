@@ -46,3 +46,27 @@ def test_prove_emulates_devices_as_compare_does(tmp_path):
       check=False)
   assert "8 cpu devices" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
   assert "verdict: pass" in done.stdout
+
+
+def test_the_written_module_may_define_the_originals_absl_flags_again(
+    tmp_path, monkeypatch):
+  """A Port that imports the original (flax nlp_seq's `import train`) has
+  run its absl flag definitions; the proof's import of the written file
+  runs them again, and absl takes that as a re-import only under the same
+  module name (else DuplicateFlagError, a crash where a verdict was due)."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  program = "from absl import flags\nflags.DEFINE_integer('sp_steps_57', 3, '')\n"
+  (tmp_path / "sp_train.py").write_text(program)
+  (tmp_path / "sp_train_port.py").write_text(program + "STEPS = 4\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  try:
+    original = importlib.import_module("sp_train")  # as the Port does
+    module = rewrite_proof._rewritten_module(  # pylint: disable=protected-access
+        tmp_path / "sp_train_port.py", tmp_path / "sp_train.py")
+    assert module.STEPS == 4
+    assert __import__("sys").modules["sp_train"] is original  # put back
+  finally:
+    flags.FLAGS.__delattr__("sp_steps_57")
+    monkeypatch.delitem(__import__("sys").modules, "sp_train",
+                        raising=False)

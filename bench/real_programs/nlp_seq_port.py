@@ -1,19 +1,11 @@
 """flax's examples/nlp_seq train step as a `compare.Port`, so that
 `python -m compare.rewrite train.py -o train_port.py --prove
 nlp_seq_port:port` proves the rewrite of its `p_train_step` (run from the
-example's folder, beside its train.py and models.py).
-
-`--prove` imports the written file whole, which defines train.py's absl
-flags again under another module's name (absl's DuplicateFlagError): the
-flags `import train` defined are removed here; the step reads none."""
+example's folder, beside its train.py and models.py)."""
 import functools
 
 import compare, jax, models, numpy as np, optax, train  # pylint: disable=multiple-imports
-from absl import flags
 from flax.training import train_state
-
-for _flag in flags.FLAGS.get_flags_for_module(train.__name__):
-  delattr(flags.FLAGS, _flag.name)
 
 
 def port(steps=6):

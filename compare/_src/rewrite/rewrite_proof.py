@@ -102,7 +102,7 @@ def _port_of_local_pmap(port, source: pathlib.Path, target: pathlib.Path,
                and ast.unparse(node.args[0].func) == "jax.shard_map"]
     # Its function may hold pmap's view in its body now: the written
     # module's, bound as the Port's is; the mesh is the module's.
-    module = _rewritten_module(target)
+    module = _rewritten_module(target, source)
     helpers = vars(module)
     own = getattr(module, name, None)
     if isinstance(fun, functools.partial) and own is not None:
@@ -155,11 +155,23 @@ def _helpers(target: pathlib.Path) -> dict:
   return namespace
 
 
-def _rewritten_module(target: pathlib.Path):
-  spec = importlib.util.spec_from_file_location(
-      f"_compare_rewrite_{target.stem}", target)
+def _rewritten_module(target: pathlib.Path, source: pathlib.Path):
+  # Run as the original's module, in its sys.modules place while it runs:
+  # a Port that imports the original has run its absl flag definitions,
+  # and absl takes another module object of the same name defining them
+  # again as a re-import, where any other raises DuplicateFlagError (flax
+  # nlp_seq's train.py). The original's entry is put back.
+  spec = importlib.util.spec_from_file_location(source.stem, target)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  original = sys.modules.get(source.stem)
+  sys.modules[source.stem] = module
+  try:
+    spec.loader.exec_module(module)
+  finally:
+    if original is None:
+      del sys.modules[source.stem]
+    else:
+      sys.modules[source.stem] = original
   return module
 
 
@@ -299,7 +311,7 @@ def _written_port(port, source: pathlib.Path, target: pathlib.Path):
       # Written without helpers, its outputs are as its out_specs say (a
       # loss the step pmeans: one value, P()).
       plain = written_axes.plain_axes(target.read_text(), name, None)
-      return (signature.adapt(getattr(_rewritten_module(target), name)),
+      return (signature.adapt(getattr(_rewritten_module(target, source), name)),
               {**adapted, **{k: v for k, v in plain.items()
                              if k == "out_axes"}}, name)
     step, line, _ = _port_of_local_pmap(inner, source, target,
@@ -307,7 +319,7 @@ def _written_port(port, source: pathlib.Path, target: pathlib.Path):
     return signature.adapt(step), adapted, f"pmap of line {line}"
   name = original_name(port, source)
   if name is not None:
-    return (getattr(_rewritten_module(target), name),
+    return (getattr(_rewritten_module(target, source), name),
             _written_axes(target, name, None), name)
   step, line, written = _port_of_local_pmap(port, source, target,
                                             _helpers(target))
