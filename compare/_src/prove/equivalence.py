@@ -39,12 +39,13 @@ def same_bits(a, b) -> bool:
   a, b = np.asarray(a), np.asarray(b)
   if a.shape != b.shape or a.dtype != b.dtype:
     return False
-  a, b = np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(
-      b).reshape(-1)
   ints = _UNSIGNED.get(a.dtype.itemsize)
-  if ints is None:  # complex128, structured: whole
-    return a.tobytes() == b.tobytes()
-  a, b = a.view(ints), b.view(ints)
+  # A leaf of a chunk or less whole: its copy is no larger than a chunk's
+  # temporary, and bytes compare faster than views (issue 57).
+  if ints is None or a.size <= CHUNK:  # complex128, structured: whole too
+    return (np.ascontiguousarray(a).tobytes()
+            == np.ascontiguousarray(b).tobytes())
+  a, b = (np.ascontiguousarray(x).reshape(-1).view(ints) for x in (a, b))
   return all(np.array_equal(a[i:i + CHUNK], b[i:i + CHUNK])
              for i in range(0, a.size, CHUNK))
 
