@@ -30,14 +30,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from xml.etree import ElementTree
 
 from bench.mutation_targets import MODULES
+from bench.mutation_triage import load_triage
+from bench.mutation_triage import read_triage
 from bench.mutation_targets import SLOW
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TRIAGE = ROOT / "bench" / "mutation_triage.toml"
 # The tree a mutant's tests import besides `compare` (mutmut's also_copy).
 ALSO_COPY = ("shardport", "legacy_pmap", "sharded", "examples", "docs",
              "bench", "tests")
@@ -138,25 +138,6 @@ def changed_line(diff: str) -> str:
     if line.startswith("+") and not line.startswith("+++"):
       return line[1:].strip()
   return ""
-
-
-def load_triage(path=TRIAGE) -> dict:
-  """`{mutant name: entry}` of the triage file's `[[mutant]]` entries.
-
-  Raises:
-    ValueError: a key outside every entry (an entry that lost its
-      `[[mutant]]` line would be read as none), or a name twice.
-  """
-  with open(path, "rb") as f:
-    loaded = tomllib.load(f)
-  if set(loaded) - {"mutant"}:
-    raise ValueError(f"{path}: keys outside any [[mutant]] entry: "
-                     f"{sorted(set(loaded) - {'mutant'})}")
-  names = [entry["name"] for entry in loaded.get("mutant", [])]
-  if len(set(names)) != len(names):
-    raise ValueError(f"{path}: a mutant triaged twice: "
-                     f"{sorted({n for n in names if names.count(n) > 1})}")
-  return {entry["name"]: entry for entry in loaded.get("mutant", [])}
 
 
 def _say_failing(tests):
@@ -291,30 +272,6 @@ def _print_row(row):
         flush=True)
   for name in row["stale"]:
     print(f"  triaged as killed, yet survives: {name}")
-
-
-def read_triage(triage: dict) -> tuple[list[str], dict]:
-  """Without mutmut (cheap): the entries whose module is not one measured,
-  whose function is not in today's source, or that judge nothing; and the
-  entries' names by module."""
-  problems, by_module = [], {}
-  for name, entry in triage.items():
-    short = name.split(".")[3]
-    if short not in MODULES:
-      problems.append(f"{name}: {short} is not a module measured")
-      continue
-    by_module.setdefault(short, []).append(name)
-    # mutmut's names: x_FUNCTION__mutmut_N, or xǁCLASSǁMETHOD__mutmut_N.
-    function = name.split(".")[-1].split("__mutmut_")[0].split("ǁ")[-1]
-    function = function[2:] if function.startswith("x_") else function
-    source = (ROOT / MODULES[short][0]).read_text()
-    if f"def {function}(" not in source:
-      problems.append(f"{name}: no function {function} in {short}")
-    if ("equivalent" in entry) == ("killed_by" in entry) or not entry.get(
-        "line"):
-      problems.append(f"{name}: needs its `line` and one of `equivalent`, "
-                      "`killed_by`")
-  return problems, by_module
 
 
 def check_triage(triage: dict) -> list[str]:
