@@ -3,8 +3,8 @@
 A census of the devices' live buffers (each counted once, however many
 arrays view it) in sets of the 8 devices' state, and of the host's numpy
 arrays (numpy reports them to tracemalloc in a domain of their own) in
-copies of one device's state, taken as each free-running step starts and
-after each check. `tests/test_prove_memory.py` holds a proof to it;
+copies of one device's state, taken as each free-running step starts,
+as each check measures its band, and after each check. `tests/test_prove_memory.py` holds a proof to it;
 `python -m bench.prove_scale --census` prints it beside peak RSS.
 """
 
@@ -50,17 +50,25 @@ def counted(patch, state_bytes: int, host: bool = False):
     tracemalloc.start()
   baseline = host_bytes() if host else 0
 
-  def hooked(method):
+  def count():
+    seen.append((device_sets(state_bytes), (host_bytes() - baseline)
+                 / state_bytes if host else None))
+
+  def hooked(method, first):
     def call(self, *args, **kwargs):
+      if first:
+        count()
       method(self, *args, **kwargs)
-      seen.append((device_sets(state_bytes), (host_bytes() - baseline)
-                   / state_bytes if host else None))
+      if not first:
+        count()
     return call
 
+  # `_calibrate`'s count comes first: the calibration's result, the shared
+  # state and the truth's own step are all alive then (the host's peak).
   originals = {name: getattr(lockstep.Lockstep, name)
-               for name in ("before_step", "after_step")}
+               for name in ("before_step", "after_step", "_calibrate")}
   for name, method in originals.items():
-    patch(lockstep.Lockstep, name, hooked(method))
+    patch(lockstep.Lockstep, name, hooked(method, name == "_calibrate"))
   try:
     yield seen
   finally:

@@ -96,12 +96,16 @@ def test_the_retakes_are_on_the_batch_nudged_by_each_ulps_seeded_by_step():
 
 
 def test_the_truths_retakes_start_from_its_placed_or_its_kept_state():
-  for module, placed in ((HostLayout, 4), (NoFromHost, 0)):
+  # A truth placed from the host: its calibration at each step and its
+  # four retakes at step 2; kept: none.
+  placed_truth = ([("from_host", "truth", 0)]
+                  + [("from_host", "truth", 1)] * (1 + 4))
+  for module, placed in ((HostLayout, placed_truth), (NoFromHost, [])):
     w = world({"port": planted_at(2)}, witness=None, steps=2,
               truth_module=module)
     w.drive()
     truth_placed = [e for e in w.log if e[1] == "truth"]
-    assert truth_placed == [("from_host", "truth", 1)] * placed, module
+    assert truth_placed == placed, module
     assert w.rows.count("truth") == 2 + len(lockstep.NUDGE_ULPS)
     ratios = w.checks.report(10.0, "why")["nudged_ratios"]["port"]
     assert ratios[1] > 1000, module  # the truth's retakes are correct
@@ -239,7 +243,8 @@ def test_the_report_holds_every_field_of_the_checks(monkeypatch):
   report.pop("pairs")
   assert report == {
       "check_every": 2, "checked_steps": 4, "steps": [1, 2, 4, 6],
-      "band_per_step": checks.band, "band": judged["band"],
+      "band_per_step": checks.band, "calibrated_steps": [1, 2, 4, 6],
+      "band": judged["band"],
       "leaf_bands": judged["bands"], "unjudged_leaves": {},
       # w is judged by its band; b and the step counter, which no
       # calibration moved, at the floor.

@@ -89,12 +89,44 @@ def test_a_witness_that_is_not_running_judges_no_port_run():
 # Which steps are checked, and what a check costs.
 
 
+def _calibrated(w):
+  return [e[1] for e in w.seen if e[0] == "perturbation"]
+
+
 def test_only_the_checked_steps_take_a_calibration_and_are_recorded():
+  # A truth the host cannot place calibrates every checked step.
+  w = world(check_every=3, steps=7, truth_module=NoFromHost)
+  checks = w.drive()
+  assert checks.checked == [1, 3, 6, 7] == checks.calibrated
+  assert _calibrated(w) == [1, 3, 6, 7]
+  assert len(checks.band) == len(checks.band_leaves) == 4
+
+
+def test_after_the_first_checks_a_step_every_run_ends_bitwise_takes_none():
   w = world(check_every=3, steps=7)
   checks = w.drive()
   assert checks.checked == [1, 3, 6, 7]
-  assert [e[1] for e in w.seen if e[0] == "perturbation"] == [1, 3, 6, 7]
-  assert len(checks.band) == len(checks.band_leaves) == 4
+  assert lockstep.CALIBRATED_FIRST == 2
+  assert _calibrated(w) == [1, 3] == checks.calibrated
+  assert len(checks.band) == len(checks.band_leaves) == 2
+  assert checks.report(10.0, "")["calibrated_steps"] == [1, 3]
+
+
+@pytest.mark.parametrize("planted, calibrated", [
+    # Ends step 6 apart; starts step 7 apart (its state carries the 1%).
+    ((6,), [1, 3, 6, 7]),
+    # Parts at step 7 alone: the last step is calibrated for it.
+    ((7,), [1, 3, 7]),
+    # Parts at step 2, not checked: apart from step 3 on.
+    ((2,), [1, 3, 6, 7])])
+def test_a_step_a_run_starts_or_ends_apart_from_the_truth_is_calibrated(
+    planted, calibrated):
+  w = world({"port": planted_at(*planted)}, check_every=3, steps=7)
+  checks = w.drive()
+  assert _calibrated(w) == calibrated == checks.calibrated
+  assert len(checks.band_leaves) == len(calibrated)
+  # Every step the port is judged at has a band of its own step.
+  assert set(checks.apart["port"]) <= set(calibrated)
 
 
 def test_no_step_is_checked_when_check_every_is_none():
@@ -103,8 +135,23 @@ def test_no_step_is_checked_when_check_every_is_none():
   assert checks.checked == [] and checks.extra_steps == 0 and w.seen == []
 
 
-def test_the_calibration_steps_the_truths_own_state_on_the_changed_batch():
+def test_a_placed_truth_calibrates_after_the_steps_from_the_shared_state():
   w = world(check_every=3, steps=4)
+  before = w.runs["truth"].state
+  w.checks.before_step(1, w.batches[0])
+  assert w.checks._calibration is None and w.seen == []
+  w.step_runs(1, w.batches[0])
+  w.checks.after_step(1, w.batches[0])
+  assert w.seen[0] == ("perturbation", 1)
+  kind, state = w.seen[2]
+  # Placed anew from the host (the truth's own state may be donated).
+  assert kind == "state" and state is not before
+  assert equivalence.trees_same_bits(state, before)
+  assert w.checks.calibrated == [1] and w.checks.extra_steps == 1
+
+
+def test_the_calibration_steps_the_truths_own_state_on_the_changed_batch():
+  w = world(check_every=3, steps=4, truth_module=NoFromHost)
   truth = w.runs["truth"]
   before = truth.state
   w.checks.before_step(1, w.batches[0])
@@ -202,9 +249,12 @@ def test_only_a_run_apart_from_the_shared_state_steps_again_from_it():
   # truth's, so at each checked step it steps from the truth's.
   assert checks.apart == {"truth": [], "pmap": [], "port": [2, 4]}
   assert checks.stepped == {"truth": [], "pmap": [], "port": [2, 4]}
-  # Placed in its layout after t - 1 steps, on its own rows and devices.
+  # Placed in its layout after t - 1 steps, on its own rows and devices;
+  # the truth placed for each calibration.
   assert [e for e in w.log if e[0] == "from_host"] == [
-      ("from_host", "port", 1), ("from_host", "port", 3)]
+      ("from_host", "truth", 0), ("from_host", "truth", 1),
+      ("from_host", "port", 1), ("from_host", "truth", 3),
+      ("from_host", "port", 3)]
   # Three calibrations and two steps from the shared state.
   assert checks.extra_steps == 3 + 2
   assert w.rows.count("port") == 2 and w.rows.count("pmap") == 0
@@ -260,7 +310,8 @@ def test_the_stepped_results_are_what_each_pair_and_witness_compare():
 
 def test_the_band_is_the_calibrations_error_of_the_update_at_each_step():
   eps = {1: 1e-5, 2: 0.0, 3: 3e-6}
-  checks = world(eps=eps.get, steps=3).drive()
+  # The port parts at step 3: its calibration is taken too.
+  checks = world({"port": planted_at(3)}, eps=eps.get, steps=3).drive()
   assert checks.band == [pytest.approx(1e-5, rel=1e-6), 0.0,
                          pytest.approx(3e-6, rel=1e-6)]
   assert list(checks.band_leaves[0]) == ["['params']['w'] (4,)"]
@@ -269,7 +320,8 @@ def test_the_band_is_the_calibrations_error_of_the_update_at_each_step():
 
 
 def test_the_metric_band_is_the_largest_relative_gap_of_the_calibration():
-  w = world(eps={1: 1e-5, 2: 0.0, 3: 3e-6}.get, steps=3)
+  w = world({"port": planted_at(3)}, eps={1: 1e-5, 2: 0.0, 3: 3e-6}.get,
+            steps=3)
   gaps = []
   for t, batch in enumerate(w.batches, 1):
     shared = w.runs["truth"].host

@@ -1,6 +1,7 @@
-"""The teams' Ports of three programs `--global` writes without helpers:
-the pmap tutorial's `update` (params, xs, ys) and the flax-examples-style
-script's `p_train_step` (state, batch). `python -m compare.rewrite FILE
+"""The teams' Ports of the programs `--global` writes without helpers:
+the pmap tutorial's `update` (params, xs, ys), its many-host version's, and
+the flax-examples-style and many-host scripts' `p_train_step` (state,
+batch). `python -m compare.rewrite FILE
 --global --prove tests.rewrite_inputs.rewrite_ports:NAME` proves the
 written step against the pmap (bench/rewrite_global_runs.py)."""
 
@@ -23,6 +24,18 @@ def tutorial_port(steps=4):
       name="tutorial", port_step=None, batches=_rows, steps=steps,
       init=lambda: tutorial.init(jax.random.key(123)),
       pmap_step=compare.adapt_step(tutorial.update,
+                                   batch_keys=("xs", "ys")),
+      mesh=jax.make_mesh((8,), ("num_devices",)))
+
+
+def multihost_tutorial_port(steps=4):
+  """The many-host tutorial's `update(params, xs, ys)`: a file that joins
+  `jax.distributed` in `main`, its step at module level."""
+  from tests.rewrite_inputs import multihost_tutorial  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  return compare.Port(
+      name="multihost_tutorial", port_step=None, batches=_rows, steps=steps,
+      init=lambda: multihost_tutorial.init(jax.random.key(123)),
+      pmap_step=compare.adapt_step(multihost_tutorial.update,
                                    batch_keys=("xs", "ys")),
       mesh=jax.make_mesh((8,), ("num_devices",)))
 

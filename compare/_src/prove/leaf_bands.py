@@ -7,7 +7,7 @@ gradient, so Adam's update of it is normalised rounding noise and its band
 is about its whole update (1.18 on examples/team_programs/linen_conv_bn.py),
 which hid a 1% mistake in every other leaf. So each leaf has its own band,
 the largest its calibration step moved it over the checked steps
-(`lockstep.band_of`, one leaf at a time), and a pair's step is judged leaf
+(`band_of`, one leaf at a time), and a pair's step is judged leaf
 by leaf against it: a noisy leaf loosens only itself.
 
 A leaf whose own band is `UNJUDGEABLE` of its update or more is rounding
@@ -17,6 +17,28 @@ pass, so it is not judged and the report names it with its band.
 
 import numpy as np
 
+# The one-step band never goes below this fraction of a step's update
+# (float32 rounds an update to ~6e-8 of itself: this is ~16 ulps of it).
+BAND_FLOOR = 1e-6
+# A pair of two programs (pmap and the one-device reference, or accumulation
+# and data-parallel) may part by a rounding flip at this share of the
+# checked steps, and at one step in any run: a ReLU whose input lies within
+# rounding of zero for one example takes the other branch in a program that
+# computes it in other shapes (docs/jax-facts.md, Equivalence).
+FLIP_SHARE = 0.05
+# A calibration step whose error stands this many times over the median of
+# the checked steps', and at least `CALIBRATION_FLIP_LEVEL`, is a rounding
+# flip of its own (the reference's step with its batch nudged by one ulp
+# took another ReLU or max-pool branch), not summation order: left out of
+# the band, up to `flip_limit` of them, so one flip cannot lift the band to
+# where the multiple hides the 1% mistake it exists to catch (6.6e-3 of the
+# update at step 28 of examples/resnet on one machine, 940x the median).
+CALIBRATION_FLIP = 10.0
+# 1e-2 (a 1% mistake) over the multiple, 10: a band below it cannot hide a
+# 1% mistake, so it stays, however far over the median (random data's long
+# tail: 1.2e-4 to 3.8e-4 at three of 200 steps, 10-33x the median, and a
+# correct pair at 1.17x a band that keeps them).
+CALIBRATION_FLIP_LEVEL = 1e-3
 # Rounding moves the leaf's step by 0.3% of its update or more: a mistake
 # of 3% in it would pass within the multiple (10x), so the leaf says
 # nothing. Low enough that the floor below stays under 1e-3 of the update.
@@ -48,8 +70,8 @@ def bands(per_step: list[dict], band_of, floor: float) -> dict:
     per_step: the calibration step's errors per checked step, `{leaf:
       ratio}` (`equivalence.update_errors`; a leaf it left bitwise is
       absent, i.e. 0).
-    band_of: `lockstep.band_of`, the band of one leaf's list of errors.
-    floor: the band's floor (`lockstep.BAND_FLOOR`).
+    band_of: `band_of` below, the band of one leaf's list of errors.
+    floor: the band's floor (`BAND_FLOOR`).
 
   Returns:
     `{"bands": {leaf: band}, "unjudged": {leaf: band}, "band": the judged
@@ -93,3 +115,31 @@ def score(errors: dict | None, judged: dict) -> tuple[float, str]:
     if ratio > worst or not where:
       worst, where = ratio, leaf
   return worst, where
+
+
+def band_of(per_step: list) -> tuple[float, list]:
+  """The one-step band: the largest calibration error over the checked
+  steps, less those (at most `flip_limit`, the largest first) that stand
+  `CALIBRATION_FLIP` times over the median of all and reach
+  `CALIBRATION_FLIP_LEVEL`; never below `BAND_FLOOR`.
+
+  Returns:
+    The band, and the indices of the checked steps left out of it.
+  """
+  median = max(float(np.median(per_step)) if per_step else 0.0, BAND_FLOOR)
+  ranked = [int(i) for i in np.argsort(per_step)[::-1]]
+  flips = []
+  for i in ranked[:flip_limit(len(per_step))]:
+    if (len(flips) + 1 >= len(per_step)
+        or per_step[i] <= CALIBRATION_FLIP * median
+        or per_step[i] < CALIBRATION_FLIP_LEVEL):
+      break
+    flips.append(i)
+  kept = [v for i, v in enumerate(per_step) if i not in flips]
+  return max([BAND_FLOOR, *kept]), sorted(flips)
+
+
+def flip_limit(checked_steps: int) -> int:
+  """How many checked steps a pair of two programs may part at by a
+  rounding flip: one, or 5% of the checked steps (`FLIP_SHARE`)."""
+  return max(1, int(FLIP_SHARE * checked_steps))

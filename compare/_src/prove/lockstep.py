@@ -9,7 +9,9 @@ with each other, as a difference relative to the step's update
 (`equivalence.update_errors`). Nothing carries over from one step to the
 next, so the tolerance does not grow with t: it is a multiple of the
 one-step band, the same step of the reference taken again with its batch
-rows reordered (summation order only), measured at every checked step.
+rows reordered (summation order only), measured at the first
+`CALIBRATED_FIRST` checked steps and at every checked step where a run
+starts or ends apart from the truth (`Lockstep.after_step`).
 
 A run whose own state is bitwise the shared state needs no extra step: its
 free-running step is the lockstep one.
@@ -30,6 +32,13 @@ import numpy as np
 from compare._src.prove import equivalence
 from compare._src.prove import host_copies
 from compare._src.prove import leaf_bands
+# The band's rules are the lockstep's names too (tests and the report).
+from compare._src.prove.leaf_bands import BAND_FLOOR
+from compare._src.prove.leaf_bands import band_of
+from compare._src.prove.leaf_bands import CALIBRATION_FLIP  # pylint: disable=unused-import
+from compare._src.prove.leaf_bands import CALIBRATION_FLIP_LEVEL  # pylint: disable=unused-import
+from compare._src.prove.leaf_bands import FLIP_SHARE  # pylint: disable=unused-import
+from compare._src.prove.leaf_bands import flip_limit
 # `place` and `skeleton` are the lockstep's (tests patch them here).
 from compare._src.prove.placement import SKELETON_MAX_SIZE  # pylint: disable=unused-import
 from compare._src.prove.placement import place
@@ -37,28 +46,6 @@ from compare._src.prove.placement import skeleton
 from shardport.strategies import perturbations
 from shardport.training.metrics import global_devices
 
-# The one-step band never goes below this fraction of a step's update
-# (float32 rounds an update to ~6e-8 of itself: this is ~16 ulps of it).
-BAND_FLOOR = 1e-6
-# A pair of two programs (pmap and the one-device reference, or accumulation
-# and data-parallel) may part by a rounding flip at this share of the
-# checked steps, and at one step in any run: a ReLU whose input lies within
-# rounding of zero for one example takes the other branch in a program that
-# computes it in other shapes (docs/jax-facts.md, Equivalence).
-FLIP_SHARE = 0.05
-# A calibration step whose error stands this many times over the median of
-# the checked steps', and at least `CALIBRATION_FLIP_LEVEL`, is a rounding
-# flip of its own (the reference's step with its batch nudged by one ulp
-# took another ReLU or max-pool branch), not summation order: left out of
-# the band, up to `flip_limit` of them, so one flip cannot lift the band to
-# where the multiple hides the 1% mistake it exists to catch (6.6e-3 of the
-# update at step 28 of examples/resnet on one machine, 940x the median).
-CALIBRATION_FLIP = 10.0
-# 1e-2 (a 1% mistake) over the multiple, 10: a band below it cannot hide a
-# 1% mistake, so it stays, however far over the median (random data's long
-# tail: 1.2e-4 to 3.8e-4 at three of 200 steps, 10-33x the median, and a
-# correct pair at 1.17x a band that keeps them).
-CALIBRATION_FLIP_LEVEL = 1e-3
 # A port run whose step lies over the band from the ground truth's, where
 # no witness took its step, takes it again on its batch with every float
 # moved by a few ulps (each up or down at random, `NUDGE_ULPS`), and so
@@ -71,6 +58,15 @@ CALIBRATION_FLIP_LEVEL = 1e-3
 # there, one of 1, 4 ulps on either side matched the truth to 2.1e-6 of the
 # update, and 16 ulps or more flipped other ReLUs (3.8e-3): hence 1 to 8.
 NUDGE_ULPS = (1, 2, 4, 8)
+# Checked steps calibrated whatever the runs do: the band's sample before a
+# pair first parts. With the parting step's own, three: the fewest whose
+# median stands under one calibration flip, so `band_of` can leave it out
+# (with the parting step's alone, a 1% mistake there hid under its flip:
+# `test_the_report_holds_every_field_of_the_checks`).
+# After them a step where every run ends bitwise the truth takes none:
+# there is nothing for a band to judge (the proof of a bitwise port then
+# costs its two programs and little more; issue 57).
+CALIBRATED_FIRST = 2
 
 
 @dataclasses.dataclass
@@ -118,7 +114,8 @@ class Lockstep:
     self.check_every, self.steps, self.n_devices = check_every, steps, n_devices
     self.rows, self.perturbation = rows, perturbation
     self.checked, self.band, self.seconds = [], [], 0.0
-    self.band_leaves = []  # per checked step: the calibration's leaf errors
+    # Per calibrated step (`calibrated`): the calibration's leaf errors.
+    self.band_leaves, self.calibrated = [], []
     self.metric_band, self.batch_rows, self.shared_eval = {}, None, None
     self.extra_steps = 0
     # Per run: the checked steps it started apart from the shared state,
@@ -158,17 +155,18 @@ class Lockstep:
     return sum(self.is_checked(t) for t in range(1, self.steps + 1))
 
   def before_step(self, t: int, host_batch) -> None:
-    """Takes the truth's calibration step t now, from its own state, before
-    its own step may donate it: no copy outlives the calibration step."""
+    """A truth the host cannot place takes its calibration step t now, from
+    its own state, before its own step may donate it (no copy outlives the
+    calibration step); one it can, after the steps, where one is needed."""
     self._shared = self.reference.host if self.is_checked(t) else None
     if self.is_checked(t):
       start = time.perf_counter()
       self._apart_now = {name: not equivalence.trees_same_bits(
           run.host, self._shared) for name, run in self.runs.items()}
-      self._calibration = self._calibration_step(t, host_batch)
       # A truth the host cannot place (our strategies' one-device
       # references) keeps its own state for its nudged retakes.
-      if not hasattr(self.reference.module, "from_host"):
+      if not self._truth_placed():
+        self._calibration = self._calibration_step(t, host_batch)
         self._truth_before = jax.tree.map(lambda x: x.copy(),
                                           self.reference.state)
       self.seconds += time.perf_counter() - start
@@ -185,6 +183,8 @@ class Lockstep:
     if not self.is_checked(t):
       return
     start = time.perf_counter()
+    if self._calibration is None and self._needs_calibration():
+      self._calibration = self._calibration_step(t, host_batch)
     for name, apart in self._apart_now.items():
       if apart:
         self.apart[name].append(t)
@@ -199,7 +199,9 @@ class Lockstep:
       pair.leaf_errors.append(errors)
       pair.metric_gaps.append(equivalence.metric_gaps(metrics[a],
                                                       metrics[b]))
-    self._calibrate()
+    if self._calibration is not None:
+      self._calibrate()
+      self.calibrated.append(t)
     self.batch_rows = len(next(iter(jax.tree.leaves(host_batch))))
     for run, errors in self.witness_errors.items():
       errors.append(equivalence.update_errors(
@@ -210,12 +212,24 @@ class Lockstep:
     self._apart_now, self._truth_before, self._shared = {}, None, None
     self.seconds += time.perf_counter() - start
 
+  def _truth_placed(self) -> bool:
+    """Whether the truth's state can be placed from the host (a Port's and
+    our backends' programs can; our one-device references cannot)."""
+    return hasattr(self.reference.module, "from_host")
+
+  def _needs_calibration(self) -> bool:
+    """After a checked step's free-running steps: whether its band is
+    measured (one of the first `CALIBRATED_FIRST`, or a run started or
+    ended it apart from the truth)."""
+    truth = self.reference.host
+    return (len(self.calibrated) < CALIBRATED_FIRST
+            or any(self._apart_now.values())
+            or not all(equivalence.trees_same_bits(run.host, truth)
+                       for run in self.runs.values()))
+
   def _calibrate(self) -> None:
     """This checked step's band: the truth's calibration step against its
-    own. At every checked step, bitwise pairs too: a band measured only where a
-    pair parts has too few steps to leave a calibration's own rounding
-    flip out of it (`band_of`), and a 1% mistake at that step hides under
-    it (`test_the_report_holds_every_field_of_the_checks`)."""
+    own step."""
     calibration, calibration_metrics = self._calibration
     self._calibration = None
     self.band_leaves.append(equivalence.update_errors(
@@ -305,9 +319,11 @@ class Lockstep:
     change = self.perturbation(t)
     batch = change.batch(host_batch, t - 1, global_devices(self.n_devices))
     reference = self.reference
-    # A copy: the step may donate it, and the truth's own step follows.
-    state, metrics = reference.step(change.state(
-        jax.tree.map(lambda x: x.copy(), reference.state)),
+    # Placed from the shared state, or, before the truth's own step, a copy
+    # of its state: the step may donate it, and the truth's step follows.
+    state = (place(reference, self._shared, t - 1) if self._truth_placed()
+             else jax.tree.map(lambda x: x.copy(), reference.state))
+    state, metrics = reference.step(change.state(state),
                                     reference.module.put_batch(
                                         self.rows(reference, batch),
                                         reference.placement))
@@ -336,6 +352,7 @@ class Lockstep:
     return {
         "check_every": self.check_every, "checked_steps": len(self.checked),
         "steps": self.checked, "band_per_step": self.band,
+        "calibrated_steps": self.calibrated,
         "band": judged["band"], "leaf_bands": judged["bands"],
         "unjudged_leaves": judged["unjudged"],
         "judged_leaves": len(judged["bands"]) + sum(
@@ -343,7 +360,7 @@ class Lockstep:
             for leaf in self.leaf_names),
         "leaves": len(self.leaf_names),
         "leaf_band_floor": judged["floor"],
-        "band_flip_steps": sorted({self.checked[i] for flips in
+        "band_flip_steps": sorted({self.calibrated[i] for flips in
                                    judged["flips"].values() for i in flips}),
         "band_floor": BAND_FLOOR, "multiple": multiple, "reason": reason,
         "extra_steps": self.extra_steps, "seconds": self.seconds,
@@ -359,31 +376,3 @@ class Lockstep:
         "shared_eval": self.shared_eval,
         "metric_band": self.metric_band, "batch_rows": self.batch_rows,
         "judged": judged, "pairs": pairs}
-
-
-def band_of(per_step: list) -> tuple[float, list]:
-  """The one-step band: the largest calibration error over the checked
-  steps, less those (at most `flip_limit`, the largest first) that stand
-  `CALIBRATION_FLIP` times over the median of all and reach
-  `CALIBRATION_FLIP_LEVEL`; never below `BAND_FLOOR`.
-
-  Returns:
-    The band, and the indices of the checked steps left out of it.
-  """
-  median = max(float(np.median(per_step)) if per_step else 0.0, BAND_FLOOR)
-  ranked = [int(i) for i in np.argsort(per_step)[::-1]]
-  flips = []
-  for i in ranked[:flip_limit(len(per_step))]:
-    if (len(flips) + 1 >= len(per_step)
-        or per_step[i] <= CALIBRATION_FLIP * median
-        or per_step[i] < CALIBRATION_FLIP_LEVEL):
-      break
-    flips.append(i)
-  kept = [v for i, v in enumerate(per_step) if i not in flips]
-  return max([BAND_FLOOR, *kept]), sorted(flips)
-
-
-def flip_limit(checked_steps: int) -> int:
-  """How many checked steps a pair of two programs may part at by a
-  rounding flip: one, or 5% of the checked steps (`FLIP_SHARE`)."""
-  return max(1, int(FLIP_SHARE * checked_steps))
