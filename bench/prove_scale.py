@@ -20,7 +20,10 @@ it in sets, both CPU times and their ratio, and the verdict.
 """
 
 import argparse
+import datetime
+import importlib.metadata
 import json
+import os
 import re
 import subprocess
 import sys
@@ -245,7 +248,18 @@ def main(argv=None) -> int:
           f"{proof.get('census', '')}")
   if args.json:
     with open(args.json, "w", encoding="utf-8") as out:
-      json.dump(rows, out, indent=1)
+      json.dump({"what": "bench.prove_scale: the prover at real sizes "
+                         "(issue 57)",
+                 "command": " ".join(["python -m bench.prove_scale",
+                                      *(argv or sys.argv[1:])]),
+                 "date": datetime.datetime.now(
+                     datetime.timezone.utc).isoformat(timespec="seconds"),
+                 "commit": subprocess.run(
+                     ["git", "rev-parse", "--short", "HEAD"], text=True,
+                     capture_output=True, check=False).stdout.strip(),
+                 "jax_version": importlib.metadata.version("jax"),
+                 "load_average_after": round(os.getloadavg()[0], 2),
+                 "rows": rows}, out, indent=1)
   return worst
 
 
