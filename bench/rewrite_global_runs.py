@@ -22,6 +22,7 @@ were not run. One row per program, one markdown table.
 import argparse
 import ast
 import difflib
+import io
 import json
 import os
 import pathlib
@@ -30,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tokenize
 
 from bench import rewrite_many_hosts
 
@@ -46,7 +48,8 @@ PROGRAMS = (
     ("steps_module_stax", f"{PORTS}.steps_module_port:update_port", False),
     ("steps_factory", f"{PORTS}.steps_module_port:factory_port", False),
     # Written for many hosts: each joins jax.distributed (run in 2x4 too).
-    ("multihost_tutorial", None, True),
+    ("multihost_tutorial",
+     f"{PORTS}.rewrite_ports:multihost_tutorial_port", True),
     ("multihost_train", f"{PORTS}.rewrite_ports:multihost_port", True))
 NUMBER = re.compile(r"-?\d+\.\d+(?:e[-+]?\d+)?|-?\d+")
 # The scripts import nothing of this repository (MNIST's `examples` is the
@@ -82,6 +85,23 @@ def _mnist_folder(folder: pathlib.Path) -> None:
   (folder / "examples" / "datasets.py").write_text(mnist)
 
 
+def code_lines(text: str) -> int:
+  """Lines holding code: no blank line, comment or docstring (a string
+  that is a statement of its own)."""
+  lines, statement_start = set(), True
+  for token in tokenize.generate_tokens(io.StringIO(text).readline):
+    if token.type in (tokenize.COMMENT, tokenize.NL, tokenize.INDENT,
+                      tokenize.DEDENT, tokenize.ENDMARKER):
+      continue
+    if token.type == tokenize.NEWLINE:
+      statement_start = True
+      continue
+    if not (token.type == tokenize.STRING and statement_start):
+      lines.update(range(token.start[0], token.end[0] + 1))
+    statement_start = False
+  return len(lines)
+
+
 def written(before: str, after: str, done, port) -> dict:
   """What `compare.rewrite --global` (its run `done`) wrote over `before`:
   lines, a diff's lines added and removed, `_pmap_` names, waits added,
@@ -93,6 +113,8 @@ def written(before: str, after: str, done, port) -> dict:
           "exit": done.returncode,
           "lines_before": len(before.splitlines()),
           "lines_after": len(after.splitlines()),
+          "code_lines_before": code_lines(before),
+          "code_lines_after": code_lines(after),
           "added": sum(1 for l in diff
                        if l.startswith("+") and not l.startswith("+++")),
           "removed": sum(1 for l in diff
@@ -176,8 +198,18 @@ def measure(flax: pathlib.Path | None) -> dict:
   # flax's nlp_seq and imagenet as written, where a checkout is given.
   rows += rewrite_global_flax.rows(flax)
   tutorial = rows[0]["diff"]
+  expert = (INPUTS / "tutorial_expert_port.py").read_text()
   return {"tutorial_diff_block": "\n".join(
       f"    {line}" for line in tutorial.splitlines()),
+          # The tutorial, the tool's port and a JAX engineer's, in lines
+          # and in lines of code.
+          "tutorial_lines": {
+              "tutorial": rows[0]["lines_before"],
+              "tool": rows[0]["lines_after"],
+              "expert": len(expert.splitlines()),
+              "tutorial_code": rows[0]["code_lines_before"],
+              "tool_code": rows[0]["code_lines_after"],
+              "expert_code": code_lines(expert)},
           "what": "python -m compare.rewrite FILE --global [--prove PORT "
                   "--steps 3] on each input of tests/rewrite_inputs it "
                   "writes a step for, and on flax's examples/nlp_seq and "

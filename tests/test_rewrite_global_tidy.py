@@ -1,11 +1,13 @@
 """`--global` names what it leaves dead or stale, and sets aside a pmap in a
 function the file never calls (issue 58).
 
-The tutorial's `split` and `n_devices` fed pmap's stacked layout only; its
-comments about the extra leading dimension describe what the port no
-longer does. Each is named by line (`left`), nothing removed; names still
-read and the step's own comments (a device's view, still true in
-shard_map) are not. flax lm1b's `per_host_sum_pmap`, never called, no
+The tutorial's `split` and `n_devices` fed pmap's stacked layout only:
+main's own names, which no code out of view can read, they are removed
+and said so (`changed`); a module's dead names, a decorated def, a value
+whose making may do more (another call) stay, named by line (`left`), as
+do the comments about the extra leading dimension. Names still read and
+the step's own comments (a device's view, still true in shard_map) are
+not named. flax lm1b's `per_host_sum_pmap`, never called, no
 longer refuses the file: the rest is rewritten and the function named.
 """
 
@@ -14,6 +16,7 @@ import re
 import types
 
 import libcst as cst
+import pytest
 
 from compare import rewrite
 from compare._src.rewrite import global_written
@@ -29,16 +32,32 @@ def _left(findings) -> dict:
   return {f.line: f.text for f in findings if f.kind == "left"}
 
 
-def test_the_tutorials_dead_names_and_stale_comments_are_named():
-  left = _left(rewrite_global.rewrite_global_source(
-      TUTORIAL.read_text()).findings)
-  dead = {line: re.match(r"(\w+) is no longer used", text)[1]
-          for line, text in left.items() if "no longer used" in text}
-  assert dead == {73: "n_devices", 77: "split"}
+def _removed(findings) -> dict:
+  return {f.line: re.match(r"dead local removed: (\w+):", f.text)[1]
+          for f in findings
+          if f.kind == "changed" and f.text.startswith("dead local")}
+
+
+def _dead_left(findings) -> dict:
+  return {line: re.match(r"(\w+) is no longer used", text)[1]
+          for line, text in _left(findings).items()
+          if "no longer used" in text}
+
+
+def test_the_tutorials_dead_locals_go_and_its_stale_comments_are_named():
+  written = rewrite_global.rewrite_global_source(TUTORIAL.read_text())
+  # `n_devices` goes in the round after `split`, its only reader.
+  assert _removed(written.findings) == {73: "n_devices", 77: "split"}
+  assert _dead_left(written.findings) == {}
+  assert "def split" not in written.code
+  assert "n_devices" not in written.code
+  # Its comment went with it ("chunks for each device", line 76).
+  assert "# Split the data into chunks" not in written.code
+  left = _left(written.findings)
   stale = {line for line, text in left.items() if "stale" in text}
-  # "replicate across devices", "chunks for each device", "the same on
-  # every device", "an extra leading dimension", "the first device".
-  assert stale == {71, 76, 88, 92, 93}
+  # "replicate across devices", "the same on every device", "an extra
+  # leading dimension", "the first device".
+  assert stale == {71, 88, 92, 93}
   # The negative controls: names still read, and the step's own comment
   # ("individually on each device", line 47: still each device's view).
   assert 47 not in left and not any(
@@ -52,9 +71,49 @@ def test_a_name_still_read_is_not_dead():
   source = TUTORIAL.read_text().replace(
       '  print(f"w {float(params.weight)!r}',
       '  print(n_devices)\n  print(f"w {float(params.weight)!r}')
-  texts = _left(rewrite_global.rewrite_global_source(source).findings)
-  assert not any(t.startswith("n_devices ") for t in texts.values())
-  assert any(t.startswith("split ") for t in texts.values())
+  written = rewrite_global.rewrite_global_source(source)
+  assert _removed(written.findings) == {77: "split"}
+  assert _dead_left(written.findings) == {}
+  assert "n_devices = jax.local_device_count()" in written.code
+
+
+SPLIT = '''
+  # Split the data into chunks for each device.
+  def split(arr):
+    """Splits the first axis of `arr` evenly across the number of devices."""
+    return arr.reshape(n_devices, arr.shape[0] // n_devices, *arr.shape[1:])
+'''
+
+
+def test_a_modules_dead_def_stays_named():
+  source = TUTORIAL.read_text()
+  assert SPLIT in source
+  source = source.replace(SPLIT, "").replace(
+      "\n\n# So far, the code", "\n\nn_devices = jax.local_device_count()\n"
+      + SPLIT.replace("\n  ", "\n") + "\n\n# So far, the code")
+  written = rewrite_global.rewrite_global_source(source)
+  assert _removed(written.findings) == {}
+  assert set(_dead_left(written.findings).values()) == {"split", "n_devices"}
+  assert "def split" in written.code
+
+
+@pytest.mark.parametrize("change, stays", [
+      # A value whose making calls more than a device count: it may do
+      # something besides (here it does not, and it stays all the same).
+      (("n_devices = jax.local_device_count()",
+        "n_devices = len(jax.local_devices())"), "n_devices"),
+      # A decorated def: the decorator runs at the def; and the name it
+      # reads stays with it.
+      (("  def split(arr):", "  @functools.lru_cache\n  def split(arr):"),
+       "split")])
+def test_a_dead_local_that_may_do_more_stays_named(change, stays):
+  source = TUTORIAL.read_text().replace(*change)
+  written = rewrite_global.rewrite_global_source(source)
+  removed = _removed(written.findings)
+  left = _dead_left(written.findings)
+  assert stays in left.values() and stays not in removed.values()
+  assert {*removed.values(), *left.values()} == {"split", "n_devices"}
+  assert change[1].strip() in written.code
 
 
 UNCALLED = '''
@@ -135,6 +194,13 @@ def test_the_tutorial_reads_its_pmeaned_loss_as_one_value(tmp_path, capsys):
   assert rewrite.main([str(TUTORIAL), "-o", str(port), "--global"]) == 0
   out = capsys.readouterr().out
   assert "loss[0] of a value the step reduces over the axis" in out
+  # The counts say what the lines above say: the two dead locals removed
+  # are not call sites moved.
+  assert ("1 pmap(s) rewritten to global arrays, 5 call site(s) moved to "
+          "global arrays, 0 place(s) need a person, 1 call site(s) keep "
+          "pmap's stacked layout (values made or read per device), 2 dead "
+          "local name(s) removed") in out
+  assert len(re.findall(r": changed: dead local removed: ", out)) == 2
   text = port.read_text()
   assert "float(loss)" in text and "loss[0]" not in text
   assert "out_specs=jax.P()" in text

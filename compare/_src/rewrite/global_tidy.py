@@ -1,11 +1,15 @@
-"""What the global step leaves dead or stale, named for a person to tidy.
+"""What the global step leaves dead or stale: removed, or named for a person.
 
-The rewrite changes only what it must, so code that fed pmap's layout stays
-where it was: a `split` nothing calls, the `n_devices` only `split` read, a
-comment about the extra leading dimension. What flows in: the program's
-source and the written one; out: `left` findings by line of the program.
-Nothing is removed: a name may be read by code out of view (a test, another
-module), and a comment is the team's.
+Code that fed pmap's layout only is dead once the step takes global arrays:
+a `split` nothing calls, the `n_devices` only `split` read. A function's
+own dead names go (`tidied`): no code out of view can read a function's
+locals, so an undecorated nested def and a name assigned a value whose
+making does nothing else (a device count, a length) are removed, with the
+comment lines above them. A module's dead names and every comment about
+the extra leading dimension stay, named by line (`findings`): a test or
+another module may read a module's names, and a comment is the team's.
+What flows in: the program's source and the written one; out: the tidied
+code, `changed` findings for what went and `left` ones for what stayed.
 """
 
 import ast
@@ -13,12 +17,19 @@ import io
 import re
 import tokenize
 
+import libcst as cst
+
 from compare._src.rewrite.rewrite_pmap import Finding
 
 # Words of a comment about pmap's layout that the global step changed.
 STALE = re.compile(r"\[0\]|leading (dimension|axis)|first device|replicat|"
                    r"(each|every|per) device|stacked", re.I)
 LEFT = "left"
+DEAD_REMOVED = "dead local removed: "  # how the report counts them
+# The calls whose value is all a dead assignment makes: removing it
+# changes nothing but that a value is not made.
+PURE_CALLS = frozenset({"jax.local_device_count", "jax.device_count",
+                        "jax.process_count", "jax.process_index", "len"})
 
 
 def _bindings(tree) -> dict:
@@ -68,6 +79,80 @@ def dead_names(source: str, code: str) -> list[tuple[str, int]]:
       break
     dead |= more
   return sorted(((n, bound_before[n]) for n in dead), key=lambda x: x[1])
+
+
+def _pure(expression: str) -> bool:
+  """Whether evaluating `expression` does nothing but make its value (no
+  call but `PURE_CALLS`, no assignment expression, no yield or await)."""
+  for node in ast.walk(ast.parse(expression.strip(), mode="eval")):
+    if isinstance(node, (ast.NamedExpr, ast.Await, ast.Yield,
+                         ast.YieldFrom)):
+      return False
+    if isinstance(node, ast.Call) and ast.unparse(
+        node.func) not in PURE_CALLS:
+      return False
+  return True
+
+
+class _DeadLocals(cst.CSTTransformer):
+  """Removes, inside functions, the undecorated defs of `removable` and
+  the lone assignments of a pure value to one of its names."""
+
+  def __init__(self, removable: set):
+    super().__init__()
+    self.removable, self.removed, self._depth = removable, [], 0
+
+  def visit_FunctionDef(self, node) -> None:
+    del node
+    self._depth += 1
+
+  def leave_FunctionDef(self, original, updated):
+    self._depth -= 1
+    name = original.name.value
+    if self._depth and name in self.removable and not original.decorators:
+      self.removed.append(name)
+      return cst.RemoveFromParent()
+    return updated
+
+  def leave_SimpleStatementLine(self, original, updated):
+    statement = original.body[0]
+    if (self._depth and len(original.body) == 1
+        and isinstance(statement, cst.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0].target, cst.Name)
+        and statement.targets[0].target.value in self.removable
+        and _pure(cst.Module([]).code_for_node(statement.value))):
+      self.removed.append(statement.targets[0].target.value)
+      return cst.RemoveFromParent()
+    return updated
+
+
+def tidied(source: str, code: str) -> tuple[str, list[Finding]]:
+  """`code` without its functions' own dead names, and a `changed`
+  finding for each, by its line in `source`.
+
+  A round removes only names nothing reads any more, so `n_devices`, read
+  by the dead `split`, goes in the round after `split`; a name a kept def
+  reads (a decorated one, or a default argument) stays.
+  """
+  lines, removed = dict(dead_names(source, code)), []
+  while True:
+    reads = _loads(ast.parse(code), set())
+    remover = _DeadLocals({name for name, _ in dead_names(source, code)
+                           if not reads.get(name)})
+    new = cst.parse_module(code).visit(remover).code
+    if not remover.removed:
+      break
+    try:
+      compile(new, "<written>", "exec")
+    except SyntaxError:  # a block left empty: the name stays, named
+      break
+    code = new
+    removed += remover.removed
+  return code, [Finding(lines[name], "changed", (
+      f"{DEAD_REMOVED}{name}: nothing reads it now (it fed pmap's stacked "
+      "layout), and as its function's own name nothing out of view can"))
+                for name in dict.fromkeys(removed)]
 
 
 def _comments(source: str) -> list[tuple[int, str]]:

@@ -21,6 +21,7 @@ from shardport.launch import distributed
 from shardport.launch import emulation
 from shardport.launch import options
 from compare._src.rewrite import global_calls
+from compare._src.rewrite import global_tidy
 from compare._src.rewrite import rewrite_file
 from compare._src.rewrite import rewrite_global
 from compare._src.rewrite import stacked_calls
@@ -244,7 +245,7 @@ def report_lines(results, global_step: bool = False) -> list[str]:
   """The report: one line per finding, by file and line, then the counts
   (with `global_step`, no pointer to the step it already asked for)."""
   lines, counts = [], {kind: 0 for kind in _KIND}
-  pmaps = placed = declared = public = removed = 0
+  pmaps = placed = declared = public = removed = dead = 0
   for source, target, rewrite in results:
     if rewrite is None:
       continue
@@ -260,6 +261,8 @@ def report_lines(results, global_step: bool = False) -> list[str]:
           declared += 1
         elif finding.text.startswith(global_calls.CALLERS):
           public += 1
+        elif finding.text.startswith(global_tidy.DEAD_REMOVED):
+          dead += 1
         elif not finding.text.startswith(rewrite_global.AXES):
           placed += 1
       lines.append(f"  {source}:{finding.line}: {_KIND[finding.kind]}: "
@@ -282,7 +285,8 @@ def report_lines(results, global_step: bool = False) -> list[str]:
                               "declares" if declared else "")
                  + (f", {public} public function(s) now taking or returning "
                     "global arrays (callers in other files: out of view)"
-                    if public else ""))
+                    if public else "")
+                 + (f", {dead} dead local name(s) removed" if dead else ""))
     if any(f.text.startswith("pmap over") and MESH in f.text
            for _, _, rewrite in results if rewrite for f in rewrite.findings):
       lines.append(CPU_WAIT)

@@ -374,10 +374,11 @@ def _both_steps(source, path, declared) -> rewrite_file.Rewrite:
                               aliases)
   if written is not None and not isinstance(written, str):
     code, writer = written
+    code, removed = global_tidy.tidied(source, code)
     return rewrite_file.Rewrite(code, tuple(sorted(
         writer.findings + declared_findings + axes_finding + [
             Finding(line, "changed", text) for line, text in notes]
-        + global_tidy.findings(source, code, writer.ports, wrapper),
+        + removed + global_tidy.findings(source, code, writer.ports, wrapper),
         key=lambda f: f.line)), tuple(writer.ports))
   if isinstance(written, str):  # the helpers stay: why
     declared_findings.append(Finding(min(p.line for p in first.ports),
