@@ -42,3 +42,4 @@ def test_a_wrong_spec_in_the_written_port_fails(tmp_path, capsys):
                              target, steps=3)
   assert code == 1
   assert "verdict: fail, first at step 1" in capsys.readouterr().out
+
