@@ -213,7 +213,8 @@ def measure(flax: pathlib.Path | None) -> dict:
           "what": "python -m compare.rewrite FILE --global [--prove PORT "
                   "--steps 3] on each input of tests/rewrite_inputs it "
                   "writes a step for, and on flax's examples/nlp_seq and "
-                  "examples/imagenet as written (with --flax or "
+                  "examples/imagenet as written and examples/lm1b at "
+                  "558be01e^ (with --flax or "
                   "FLAX_CHECKOUT); scripts run on 8 emulated CPU devices",
           "command": "python -m docs.build_guide --measure rewrite_global"
                      + (f" (FLAX_CHECKOUT={flax})" if flax else ""),
