@@ -132,8 +132,11 @@ def test_the_issues_adamw_port_passes(steps):
   assert "a rounding flip (excused" in " ".join(proof.table().split())
 
 
-# Measured by hand, not run here (CI's time): AdamW under "own_outputs",
-# and 50 steps of each.
+# Measured by hand, not run here (CI's time), at 50 steps: AdamW under
+# "labels" and "own_outputs", Adafactor under "own_outputs" and Lion under
+# "labels" pass; Lion under "own_outputs" fails at step 1 (2026-11-28,
+# before and after the lockstep's calibration moved after the steps): its
+# calibration flips at steps 1, 25 and 30, over the limit of 2 in 50.
 @pytest.mark.parametrize("optimizer, steps", [
     ("adafactor", 4), ("adafactor", 10), ("lion", 4), ("lion", 10)])
 def test_adafactor_and_lion_pass_through_their_first_step_flip(optimizer,
