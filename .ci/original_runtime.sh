@@ -85,12 +85,12 @@ pair() {  # pair NAME1 CMD1 -- NAME2 CMD2: both at once, then both logs
 compare_() { python -m compare --windows 0 "$@"; }
 pair "compare data_parallel" compare_ --strategy data_parallel --steps 3 \
   --json "$out/data_parallel.json" \
-  -- "compare ensemble" compare_ --strategy ensemble --epochs 1 \
+  -- "compare ensemble" compare_ --strategy ensemble --steps 3 \
   --json "$out/ensemble.json"
 pair "compare accumulation (past the flip at step 10)" compare_ \
   --strategy accumulation --steps 12 --json "$out/accumulation.json" \
   -- "compare ensemble_data (the nested pmap)" compare_ \
-  --strategy ensemble_data --epochs 1 --json "$out/ensemble_data.json"
+  --strategy ensemble_data --steps 3 --json "$out/ensemble_data.json"
 # A late mistake (the port's update 1% off at step 2 only) must exit 1.
 late() {
   compare_ --strategy data_parallel --steps 3 \

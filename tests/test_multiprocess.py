@@ -115,7 +115,12 @@ def _kill_and_wait(job, victim):
 BASELINE = ("data_parallel", "accumulation")
 
 
-@pytest.mark.parametrize("strategy", list(STRATEGIES))
+# The classic ensemble left out (CI time: 59 s): its members across
+# processes are ensemble_data's too (2 members x 2 data over 2 processes),
+# and in one process every member is judged against the reference
+# (tests/test_ensemble.py, and `compare ensemble` on the original runtime).
+@pytest.mark.parametrize("strategy", [s for s in STRATEGIES
+                                      if s != "ensemble"])
 def test_two_processes_end_as_one(strategy, tmp_path):
   """2 x D devices end with the 1 x 2D state digests, bitwise, every run
   (the ensembles: pmap, shard_map and the reference agree in the job)."""
@@ -194,7 +199,7 @@ def test_a_step_pmapd_the_new_way_proves_in_two_processes(tmp_path):
   assert not _left_behind(tmp_path)
 
 
-# The replicated layout; the ensemble's member-sharded lockstep placement
+# The replicated layout; ensemble_data's member-sharded lockstep placement
 # across processes is judged in test_two_processes_end_as_one (a wrong
 # placement fails its verdict there).
 @pytest.mark.parametrize("strategy", ["data_parallel"])

@@ -22,13 +22,12 @@ pytestmark = pytest.mark.skipif(
     reason="set SHARDPORT_EXPECT_ORIGINAL_RUNTIME=1 in the original-runtime "
            "environment (.ci/original_runtime.sh)")
 
-# Short runs: the first step and a few after it. The ensemble's CNN is the
-# slowest to compile; one epoch of it is what CI can afford.
+# Short runs: the first step and a few after it.
 RUNS = {
     "data_parallel": ["--strategy", "data_parallel", "--steps", "3"],
-    "ensemble": ["--strategy", "ensemble", "--epochs", "1"],
+    "ensemble": ["--strategy", "ensemble", "--steps", "3"],
     # The nested pmap, which only this runtime runs (jax 0.10 refuses it).
-    "ensemble_data": ["--strategy", "ensemble_data", "--epochs", "1"],
+    "ensemble_data": ["--strategy", "ensemble_data", "--steps", "3"],
     # Past step 10, where a ReLU input within rounding of zero flips in
     # the 4-row microbatches (docs/jax-facts.md): excused, and asserted.
     "accumulation": ["--strategy", "accumulation", "--steps", "12"],

@@ -91,10 +91,13 @@ def _check_handover(report, step, expected):
   assert set(handed["restored"].values()) == {expected}
 
 
-@pytest.mark.parametrize("strategy", list(strategies.STRATEGIES))
 # The first and the last step a port can take over at (the middle one
-# adds no path of its own).
-@pytest.mark.parametrize("step", [1, STEPS - 1])
+# adds no path of its own); the classic ensemble at the last only (CI time:
+# 29 s; its restore is the same at any step, and step 1 is every other
+# strategy's).
+@pytest.mark.parametrize("strategy, step", [
+    (strategy, step) for strategy in strategies.STRATEGIES
+    for step in (1, STEPS - 1) if (strategy, step) != ("ensemble", 1)])
 def test_switch_hands_over_pmaps_state_after_exactly_n_steps(
     tmp_path, strategy, step, pmap_digests):
   spec, options = strategies.get(strategy), OPTIONS[strategy]
