@@ -18,26 +18,25 @@ def _rows(i):
   return {"xs": xs, "ys": (2 * xs - 1).astype(np.float32)}
 
 
-def tutorial_port(steps=4):
-  """`update(params, xs, ys) -> (params, loss)`, its batch by key."""
+def _tutorial_like_port(name, module, steps):
+  """`module.update(params, xs, ys) -> (params, loss)`, its batch by key."""
   return compare.Port(
-      name="tutorial", port_step=None, batches=_rows, steps=steps,
-      init=lambda: tutorial.init(jax.random.key(123)),
-      pmap_step=compare.adapt_step(tutorial.update,
-                                   batch_keys=("xs", "ys")),
+      name=name, port_step=None, batches=_rows, steps=steps,
+      init=lambda: module.init(jax.random.key(123)),
+      pmap_step=compare.adapt_step(module.update, batch_keys=("xs", "ys")),
       mesh=jax.make_mesh((8,), ("num_devices",)))
+
+
+def tutorial_port(steps=4):
+  """The pmap tutorial's `update(params, xs, ys)`."""
+  return _tutorial_like_port("tutorial", tutorial, steps)
 
 
 def multihost_tutorial_port(steps=4):
   """The many-host tutorial's `update(params, xs, ys)`: a file that joins
   `jax.distributed` in `main`, its step at module level."""
   from tests.rewrite_inputs import multihost_tutorial  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  return compare.Port(
-      name="multihost_tutorial", port_step=None, batches=_rows, steps=steps,
-      init=lambda: multihost_tutorial.init(jax.random.key(123)),
-      pmap_step=compare.adapt_step(multihost_tutorial.update,
-                                   batch_keys=("xs", "ys")),
-      mesh=jax.make_mesh((8,), ("num_devices",)))
+  return _tutorial_like_port("multihost_tutorial", multihost_tutorial, steps)
 
 
 def _batch(i):
