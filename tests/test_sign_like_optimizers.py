@@ -134,11 +134,14 @@ def test_the_issues_adamw_port_passes(steps):
 
 # Measured by hand, not run here (CI's time), at 50 steps: AdamW under
 # "labels" and "own_outputs", Adafactor under "own_outputs" and Lion under
-# "labels" pass; Lion under "own_outputs" fails at step 1 (2026-11-28,
-# before and after the lockstep's calibration moved after the steps): its
-# calibration flips at steps 1, 25 and 30, over the limit of 2 in 50.
+# "labels" pass. Lion under "own_outputs" at 50 steps, run here, failed at
+# step 1 until sign flips were left out of a leaf's error and flips that
+# fall back under nudged retakes were excused past `flip_limit` (issue 57):
+# pmap and the one-device reference part by single sign flips at steps 21,
+# 25, 30, 35 and 45 and by ReLU flips at 21 and 35, the calibration by sign
+# flips at 25 and 30.
 @pytest.mark.parametrize("optimizer, steps", [
-    ("adafactor", 4), ("adafactor", 10), ("lion", 4), ("lion", 10)])
+    ("adafactor", 4), ("adafactor", 10), ("lion", 4), ("lion", 50)])
 def test_adafactor_and_lion_pass_through_their_first_step_flip(optimizer,
                                                                steps):
   # Their exact signs flip rarely under "labels": targets the initial
@@ -150,15 +153,27 @@ def test_adafactor_and_lion_pass_through_their_first_step_flip(optimizer,
   apart = [v for v in _first_steps_apart(proof) if v["b"] == "reference"]
   assert apart and all(v["band_ratio"] > 10 and v["flip_steps"] == [1]
                        for v in apart), apart
+  if steps == 50:
+    checks = proof.report["lockstep"]
+    assert checks["pairs"]["pmap~reference"]["sign_flips"]
+    lockstep = [v for v in proof.report["equivalence"]
+                if v["at"] == "lockstep" and v["b"] == "reference"]
+    assert all(len(v["flip_steps"]) > checks["flip_limit"]
+               for v in lockstep), lockstep
+    assert "sign flips left out" in proof.table()
 
 
 @pytest.mark.parametrize("optimizer, loss, control, step", [
     # At the flip's own step, under the largest flip (Lion's whole update).
     ("lion", "own_outputs", "update-1pct-at:1", 1),
+    # At a step where pmap and the reference part by a ReLU flip and a
+    # sign flip that the correct port's proof excuses (35 of 50).
+    ("lion", "own_outputs", "update-1pct-at:35", 35),
     ("adamw", "labels", "update-1pct-at:3", 3)])
 def test_a_one_percent_plant_fails_at_its_step_beside_the_flip(
     optimizer, loss, control, step):
-  proof = compare.prove(sign_like_ports.port(optimizer, steps=4, loss=loss),
+  proof = compare.prove(sign_like_ports.port(optimizer, steps=max(4, step),
+                                             loss=loss),
                         control=control, windows=0)
   assert proof.first_failure.startswith(f"first at step {step}: port vs "
                                         "pmap"), proof.first_failure

@@ -39,6 +39,7 @@ from compare._src.prove.leaf_bands import CALIBRATION_FLIP  # pylint: disable=un
 from compare._src.prove.leaf_bands import CALIBRATION_FLIP_LEVEL  # pylint: disable=unused-import
 from compare._src.prove.leaf_bands import FLIP_SHARE  # pylint: disable=unused-import
 from compare._src.prove.leaf_bands import flip_limit
+from compare._src.prove.leaf_bands import nudged_limit
 # `place` and `skeleton` are the lockstep's (tests patch them here).
 from compare._src.prove.placement import SKELETON_MAX_SIZE  # pylint: disable=unused-import
 from compare._src.prove.placement import place
@@ -79,6 +80,8 @@ class _Pair:
   leaf_errors: list = dataclasses.field(default_factory=list)
   # Per checked step: `{metric: relative gap}` of the two steps' metrics.
   metric_gaps: list = dataclasses.field(default_factory=list)
+  # `{checked step: elements left out as sign flips}`, where any were.
+  sign_flips: dict = dataclasses.field(default_factory=dict)
   bitwise_so_far: bool = True
   stopped_bitwise_at: int | None = None
 
@@ -107,15 +110,18 @@ class Lockstep:
     self.witness_errors = {run: [] for run in self.port_runs
                            if self.witness is not None}
     self.multiple = multiple
-    # Per port run and checked step: the smallest error of its nudged
+    # Per port run (and the witness, whose pair with the truth flips too)
+    # and checked step: the smallest error of its nudged
     # retakes from the truth's step, or None where it took none.
-    self.nudged_errors = {run: [] for run in self.port_runs}
+    witnesses = [self.witness] if self.witness else []
+    self.nudged_errors = {run: [] for run in (*self.port_runs, *witnesses)}
     self._truth_nudged = (None, [])
     self.check_every, self.steps, self.n_devices = check_every, steps, n_devices
     self.rows, self.perturbation = rows, perturbation
     self.checked, self.band, self.seconds = [], [], 0.0
     # Per calibrated step (`calibrated`): the calibration's leaf errors.
     self.band_leaves, self.calibrated = [], []
+    self.band_sign_flips = {}  # as `_Pair.sign_flips`, the calibration's
     self.metric_band, self.batch_rows, self.shared_eval = {}, None, None
     self.extra_steps = 0
     # Per run: the checked steps it started apart from the shared state,
@@ -193,15 +199,17 @@ class Lockstep:
     results = {name: state for name, (state, _) in stepped.items()}
     metrics = {name: m for name, (_, m) in stepped.items()}
     for (a, b), pair in self.pairs.items():
+      flips = {}
       errors = equivalence.update_errors(results[a], results[b],
-                                         self._shared)
+                                         self._shared, flips)
+      if flips:
+        pair.sign_flips[t] = sum(flips.values())
       pair.errors.append(max(errors.values(), default=0.0))
       pair.leaf_errors.append(errors)
       pair.metric_gaps.append(equivalence.metric_gaps(metrics[a],
                                                       metrics[b]))
     if self._calibration is not None:
-      self._calibrate()
-      self.calibrated.append(t)
+      self._calibrate(t)
     self.batch_rows = len(next(iter(jax.tree.leaves(host_batch))))
     for run, errors in self.witness_errors.items():
       errors.append(equivalence.update_errors(
@@ -227,13 +235,17 @@ class Lockstep:
             or not all(equivalence.trees_same_bits(run.host, truth)
                        for run in self.runs.values()))
 
-  def _calibrate(self) -> None:
-    """This checked step's band: the truth's calibration step against its
+  def _calibrate(self, t: int) -> None:
+    """Checked step t's band: the truth's calibration step against its
     own step."""
     calibration, calibration_metrics = self._calibration
     self._calibration = None
+    flips = {}
     self.band_leaves.append(equivalence.update_errors(
-        calibration, self.reference.host, self._shared))
+        calibration, self.reference.host, self._shared, flips))
+    if flips:
+      self.band_sign_flips[t] = sum(flips.values())
+    self.calibrated.append(t)
     self.band.append(max(self.band_leaves[-1].values(), default=0.0))
     for key, gap in equivalence.metric_gaps(
         calibration_metrics, self.reference.step_metrics).items():
@@ -263,7 +275,8 @@ class Lockstep:
     return run.module.to_host(state), run.module.metrics_to_host(metrics)
 
   def _nudged_error(self, name, t, host_batch, results):
-    """Every pairing of port run `name`'s step t and the truth's, each as
+    """Every pairing of run `name`'s step t (a port run's or the witness's)
+    and the truth's, each as
     taken or retaken on nudged batches, as `{leaf: error}`, where its own
     step lies over the band so far from the truth's and from its witness's
     (each leaf against its own band, `compare._src.prove.leaf_bands`); None
@@ -283,7 +296,7 @@ class Lockstep:
     # No more retakes than the flips the verdict may excuse, and one more:
     # a run over the band at more steps fails whatever they show.
     retaken = sum(e is not None for e in self.nudged_errors[name])
-    if retaken > flip_limit(self._planned_checks()):
+    if retaken > nudged_limit(self._planned_checks()):
       return None
     # Either side may be the one whose ReLU input lies within rounding of
     # zero: both are retaken.
@@ -348,6 +361,7 @@ class Lockstep:
           "leaves": [leaf for _, leaf in scored],
           "metric_gaps": pair.metric_gaps,
           "stopped_bitwise_at": pair.stopped_bitwise_at,
+          "sign_flips": pair.sign_flips,
           "bitwise": pair.bitwise_so_far}
     return {
         "check_every": self.check_every, "checked_steps": len(self.checked),
@@ -360,6 +374,7 @@ class Lockstep:
             for leaf in self.leaf_names),
         "leaves": len(self.leaf_names),
         "leaf_band_floor": judged["floor"],
+        "band_sign_flips": self.band_sign_flips,
         "band_flip_steps": sorted({self.calibrated[i] for flips in
                                    judged["flips"].values() for i in flips}),
         "band_floor": BAND_FLOOR, "multiple": multiple, "reason": reason,
@@ -373,6 +388,8 @@ class Lockstep:
                           for run, per_step in self.nudged_errors.items()},
         "nudge_ulps": list(NUDGE_ULPS),
         "flip_limit": flip_limit(len(self.checked)),
+        "nudged_limit": nudged_limit(len(self.checked)),
+        "truth": self.reference.name,
         "shared_eval": self.shared_eval,
         "metric_band": self.metric_band, "batch_rows": self.batch_rows,
         "judged": judged, "pairs": pairs}

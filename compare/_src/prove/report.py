@@ -5,6 +5,7 @@ Generic: what only one strategy reports comes from its `report_lines`.
 
 import textwrap
 
+from compare._src.prove import equivalence
 from compare._src.prove import leaf_bands
 from compare._src.prove import lockstep
 from shardport.strategies.throughput import throughput_ratio
@@ -188,6 +189,17 @@ def _lockstep_lines(report):
                  f" (over {lockstep.CALIBRATION_FLIP:g}x the steps' median "
                  f"and {lockstep.CALIBRATION_FLIP_LEVEL:g} of the update): "
                  "left out of the band")
+  flipped = {name.replace("~", " vs "): pair.get("sign_flips") for name, pair
+             in checks["pairs"].items()}
+  flipped["calibration"] = checks.get("band_sign_flips")
+  flipped = {name: steps for name, steps in flipped.items() if steps}
+  if flipped:
+    lines.append(
+        "sign flips left out of a leaf's error (elements whose two updates "
+        f"point opposite ways, at most {equivalence.SIGN_FLIP_SHARE:g} of "
+        "the leaf): " + "; ".join(
+            f"{name} {max(steps.values())} element(s) at most, at step(s) "
+            f"{_steps_text(steps)}" for name, steps in flipped.items()))
   for name, pair in checks["pairs"].items():
     if pair["stopped_bitwise_at"]:
       a, b = name.split("~")
@@ -195,6 +207,13 @@ def _lockstep_lines(report):
                    f"{pair['stopped_bitwise_at'] - 1} steps, differs from "
                    f"step {pair['stopped_bitwise_at']}")
   return lines
+
+
+def _steps_text(steps) -> str:
+  """A few step numbers, then how many more."""
+  steps = sorted(int(t) for t in steps)
+  return ", ".join(map(str, steps[:6])) + (
+      f" and {len(steps) - 6} more" if len(steps) > 6 else "")
 
 
 def _final_line(v):

@@ -8,7 +8,7 @@ one shared state must stay within `strategy.lockstep_multiple` times the
 one-step band (`compare._src.prove.lockstep`): the test of correctness at any
 length, since nothing carries over from one step to the next. A pair of two
 programs may part at a few steps by a rounding flip where every port run
-took pmap's step, and says so: one rule (`_flips`) for the first step and
+took pmap's step, and says so: one rule (`flips.over_and_excused`) for the first step and
 every checked step. At the end every run evaluates one state (the ground
 truth's final one) with its own `evaluate`: a pair's metrics must agree to
 rounding. The free-running runs' test metrics against the spread of the
@@ -21,6 +21,7 @@ correct runs chaotically.
 import numpy as np
 
 from compare._src.prove import equivalence
+from compare._src.prove import flips
 from compare._src.prove import leaf_bands
 
 DIVERGED = "diverged"
@@ -55,29 +56,13 @@ def first_step(strategy, pairs, firsts, checks=None, measured=None):
       result["band_leaf"] = leaf
       result["allowed_ratio"] = checks["multiple"]
       over = ratio > checks["multiple"]
-      result["flip_steps"] = [1] if over and _first_step_flip(
+      result["flip_steps"] = [1] if over and flips.first_step_flip(
           checks, a, b) else []
       result["verdict"] = (equivalence.DIFFER if over and not
                            result["flip_steps"] else equivalence.CLOSE)
     results.append(result)
   return results
 
-
-def _first_step_flip(checks, a, b) -> bool:
-  """Whether the pair's first step, over the band, is a rounding flip by
-  lockstep's rule (`_flips`). Where neither run starts step 1 apart from
-  the truth's initial state, the first step is lockstep's step 1: the same
-  states and leaf bands, so the same verdict. (AdamW's first update is
-  about `lr * sign(g)`: a gradient within rounding of zero moves a whole
-  step either way; the calibration's flip there is left out of the band,
-  `lockstep.band_of`, and without lockstep's excuse the first step failed
-  a correct port, issue 57.) A run that starts apart (an initial state
-  planted wrong) took another step than lockstep's: no excuse."""
-  steps = checks.get("steps") or []
-  apart = any(1 in checks.get("apart", {}).get(run, ()) for run in (a, b))
-  if apart or f"{a}~{b}" not in checks.get("pairs", {}) or 1 not in steps:
-    return False
-  return steps.index(1) in _flips(checks, a, b)[1]
 
 
 def _band(drift, calibration, floor):
@@ -123,46 +108,8 @@ def _floor(key, value, n_test):
   return 1e-2 * abs(value)
 
 
-def _witnessed(checks, allowed):
-  """`run -> [bool per checked step]`: whether the run took a step that no
-  planted mistake can have changed: a run outside the port runs, or a port
-  run whose step matched its witness's (pmap's) within `allowed` (a ratio
-  to the leaves' own bands), or whose
-  step and the truth's, either retaken on its batch nudged by a few ulps,
-  matched within it (`compare._src.prove.lockstep.NUDGE_ULPS`: a rounding flip
-  fell back, where a mistake stays). A port run with neither is never
-  witnessed."""
-  def within(errors):
-    return [e is not None and e <= allowed for e in errors]
-
-  def of(run):
-    if run not in checks.get("port_runs", ()):
-      return [True] * checks["checked_steps"]
-    none = [None] * checks["checked_steps"]
-    by_witness = within(checks.get("witness_ratios", {}).get(run) or none)
-    by_nudge = within(checks.get("nudged_ratios", {}).get(run) or none)
-    return [w or n for w, n in zip(by_witness, by_nudge)]
-  return of
 
 
-def _excused(checks, a, b, over, witnessed):
-  """The indices among `over` (checked steps over the band) that a rounding
-  flip between two programs explains: both runs took a step no plant can
-  have changed there. None, where there are more than `flip_limit`."""
-  ok_a, ok_b = witnessed(a), witnessed(b)
-  flips = [int(i) for i in over if ok_a[i] and ok_b[i]]
-  return flips if len(flips) <= checks.get("flip_limit", 0) else []
-
-
-def _flips(checks, a, b):
-  """The one rule for rounding flips, for every verdict that judges a step
-  against the band (`lockstep`, `first_step`): `(over, flips)`, the
-  indices of the checked steps where pair `a~b` lies over the band, and
-  those among them a rounding flip between two programs explains."""
-  ratios = np.asarray(checks["pairs"][f"{a}~{b}"]["ratios"], np.float64)
-  over = np.flatnonzero(ratios > checks["multiple"])
-  return over, _excused(checks, a, b, over,
-                        _witnessed(checks, checks["multiple"]))
 
 
 # A metric of one step from the same state (a loss, a learning rate, a norm)
@@ -230,8 +177,8 @@ def lockstep(strategy, checks: dict) -> list[dict]:
     # Each step's largest error over the judged leaves, each in units of
     # its own band (`compare._src.prove.leaf_bands`).
     ratios = np.asarray(pair["ratios"], np.float64)
-    over, flips = _flips(checks, a, b)
-    failing = [int(i) for i in over if int(i) not in flips]
+    over, excused = flips.over_and_excused(checks, a, b)
+    failing = [int(i) for i in over if int(i) not in excused]
     worst = int(np.argmax(ratios)) if len(ratios) else 0
     metric = _metric_failure(checks, pair)
     if metric is not None:
@@ -251,7 +198,7 @@ def lockstep(strategy, checks: dict) -> list[dict]:
                              else None),
         "first_fail_leaf": (pair.get("leaves", [""] * len(errors))[
             int(failing[0])] if len(failing) else None),
-        "flip_steps": [checks["steps"][i] for i in flips],
+        "flip_steps": [checks["steps"][i] for i in excused],
         **_metric_fields(checks, pair),
         "allowed_ratio": checks["multiple"],
         "judged_leaves": checks.get("judged_leaves"),
