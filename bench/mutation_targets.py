@@ -6,7 +6,8 @@ PROVE, REWRITE = "compare/_src/prove", "compare/_src/rewrite"
 VERDICT_TESTS = (
     "tests/test_verdict_rules.py", "tests/test_equivalence.py",
     "tests/test_verdict_words.py", "tests/test_verdict_edges.py",
-    "tests/test_equivalence_edges.py", "tests/test_mutation_survivors.py")
+    "tests/test_equivalence_edges.py", "tests/test_mutation_survivors.py",
+    "tests/test_sign_flips.py")
 REWRITE_TESTS = (
     "tests/test_rewrite_global.py", "tests/test_rewrite_global_places.py",
     "tests/test_rewrite_global_elsewhere.py",
@@ -31,6 +32,7 @@ SCOPES_TESTS = ("tests/test_rewrite_global_places.py",
 MODULES = {
     "verdicts": (f"{PROVE}/verdicts.py", VERDICT_TESTS),
     "leaf_bands": (f"{PROVE}/leaf_bands.py", VERDICT_TESTS),
+    "flips": (f"{PROVE}/flips.py", VERDICT_TESTS),
     "lockstep": (f"{PROVE}/lockstep.py",
                  (*VERDICT_TESTS, "tests/test_lockstep_units.py",
                   "tests/test_lockstep_retakes.py")),

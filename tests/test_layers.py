@@ -105,10 +105,13 @@ def _loaded_after(statement):
 
 @pytest.mark.parametrize("backend", ["legacy_pmap", "sharded"])
 def test_training_programs_load_nothing_from_compare(backend, tmp_path):
-  # The whole program as `python -m B.train` runs it, up to its first step.
+  # The whole program as `python -m B.train` runs it, up to its first step
+  # (linreg: what it loads is the program's, not the model's; the CNN
+  # compiled for 10 s more).
   loaded = _loaded_after(
       f"from {backend} import train\n"
       f"train.main(['--strategy', 'data_parallel', '--steps', '1', "
+      f"'--workload', 'linreg', '--batch-size', '32', "
       f"'--devices', '1', '--workdir', {str(tmp_path / 'w')!r}])")
   assert "shardport.training.loop" in loaded
   assert not [m for m in loaded if m.split(".")[0] == "compare"], loaded
