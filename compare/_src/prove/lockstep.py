@@ -24,6 +24,7 @@ excuses only where every port run in the pair took its witness's step
 """
 
 import dataclasses
+import itertools
 import time
 
 import jax
@@ -218,6 +219,7 @@ class Lockstep:
       errors.append(self._nudged_error(run, t, host_batch, results))
     self.checked.append(t)
     self._apart_now, self._truth_before, self._shared = {}, None, None
+    self._truth_nudged = (None, [])  # no retake's copy outlives its step
     self.seconds += time.perf_counter() - start
 
   def _truth_placed(self) -> bool:
@@ -299,19 +301,20 @@ class Lockstep:
     if retaken > nudged_limit(self._planned_checks()):
       return None
     # Either side may be the one whose ReLU input lies within rounding of
-    # zero: both are retaken.
-    ports = [results[name], *self._nudged_steps(self.runs[name], t,
-                                                host_batch)]
-    truths = [truth, *self._nudged_steps(self.reference, t, host_batch)]
+    # zero: both are retaken. The truth's retakes are kept for the step
+    # (every run's pairings take them); the run's, one at a time.
+    if self._truth_nudged[0] != t:
+      self._truth_nudged = (t, list(self._nudged_steps(self.reference, t,
+                                                       host_batch)))
+    truths = [truth, *self._truth_nudged[1]]
+    ports = itertools.chain([results[name]], self._nudged_steps(
+        self.runs[name], t, host_batch))
     return [equivalence.update_errors(port, truth, self._shared)
             for port in ports for truth in truths]
 
   def _nudged_steps(self, run, t, host_batch):
     """`run`'s step t from the shared state on its batch nudged by each of
-    `NUDGE_ULPS`, as host states (the truth's computed once per step)."""
-    if run is self.reference and self._truth_nudged[0] == t:
-      return self._truth_nudged[1]
-    steps = []
+    `NUDGE_ULPS`, as host states, one at a time."""
     for i, ulps in enumerate(NUDGE_ULPS):
       batch = perturbations.nudged_by(host_batch, ulps, seed=(t, i))
       # The shared state placed anew: the truth's own may be donated by now.
@@ -321,10 +324,7 @@ class Lockstep:
       state, _ = run.step(state, run.module.put_batch(self.rows(run, batch),
                                                       run.placement))
       self.extra_steps += 1
-      steps.append(run.module.to_host(state))
-    if run is self.reference:
-      self._truth_nudged = (t, steps)
-    return steps
+      yield run.module.to_host(state)
 
   def _calibration_step(self, t, host_batch):
     """The ground truth's step t from its own state, changed the way that
