@@ -121,3 +121,20 @@ def test_a_port_that_left_pmaps_step_is_not_excused_by_pmaps_fall_back():
   fell = flips.fell_back(checks, 10.0)
   assert fell("reference") == [True] * 50
   assert not any(fell("port")) and fell("pmap")[20]
+
+
+def test_elements_neither_program_moved_are_no_flips():
+  # Rows no batch touched (an embedding's) stay put in both programs: not
+  # counted, so a flip beside them is still left out; nor is an element
+  # only one program moved (a plant freezing it is judged in full).
+  start, port, truth = _lion_step(flipped=[7])
+  for tree in (port, truth):
+    tree["params"]["w"][500:] = start["params"]["w"][500:]
+  counted = {}
+  assert equivalence.update_errors(port, truth, start, counted) == {LEAF: 0.0}
+  assert counted == {LEAF: 1}
+  port["params"]["w"][3] = start["params"]["w"][3]
+  counted = {}
+  assert equivalence.update_errors(port, truth, start, counted)[
+      LEAF] == pytest.approx(1.0, rel=1e-3)
+  assert counted == {LEAF: 1}
