@@ -138,3 +138,26 @@ def test_elements_neither_program_moved_are_no_flips():
   assert equivalence.update_errors(port, truth, start, counted)[
       LEAF] == pytest.approx(1.0, rel=1e-3)
   assert counted == {LEAF: 1}
+
+
+def test_a_retake_or_a_witness_exactly_at_the_multiple_is_within_it():
+  # Inclusive at the multiple, as every ratio the verdict judges.
+  checks = _checks({0, 20, 34}, fell_back=set())
+  checks["nudged_ratios"]["pmap"][20] = checks["nudged_ratios"]["pmap"][
+      34] = 10.0
+  assert flips.over_and_excused(checks, "pmap", "reference")[1] == [0, 20, 34]
+  checks["witness_ratios"]["port"] = [10.0] * 50
+  assert flips.over_and_excused(checks, "port", "reference")[1] == [0, 20, 34]
+  checks["witness_ratios"]["port"] = [10.0 + 1e-9] * 50
+  assert flips.over_and_excused(checks, "port", "reference")[1] == []
+
+
+def test_a_report_without_a_nudged_limit_holds_every_flip():
+  # A report written before the rule (no `nudged_limit`): the flip limit
+  # alone, as then.
+  checks = _checks({0, 20, 34}, fell_back={20, 34})
+  del checks["nudged_limit"]
+  assert flips.over_and_excused(checks, "pmap", "reference")[1] == []
+  checks = _checks({0, 20}, fell_back={20})
+  del checks["nudged_limit"]
+  assert flips.over_and_excused(checks, "pmap", "reference")[1] == [0, 20]

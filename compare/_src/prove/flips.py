@@ -82,7 +82,9 @@ def excused(checks, a, b, over, took):
   flips = [int(i) for i in over if ok_a[i] and ok_b[i]]
   fell_a, fell_b = (fell_back(checks, checks["multiple"])(run)
                     for run in (a, b))
-  fell = [i for i in flips if fell_a[i] and fell_b[i]]
+  # A report from before the rule (no `nudged_limit`): every flip held.
+  fell = [i for i in flips if fell_a[i] and fell_b[i]
+          and "nudged_limit" in checks]
   held = len(flips) - len(fell)
   return flips if (held <= checks.get("flip_limit", 0) and len(fell) <=
                    checks.get("nudged_limit", 0)) else []
