@@ -300,3 +300,40 @@ def test_prefetch_given_its_batches_by_keyword_is_left_to_a_person():
   assert ("global step not written: prefetch_to_device's batches given by "
           "keyword or */**: place each global batch with NamedSharding(mesh, "
           "P(axis)) by hand (docs/MIGRATION.md#prefetch)") in people, people
+
+
+def test_a_zip_loop_unpacking_an_iterable_is_left_to_a_person():
+  # `zip(range(n), *its)`: which iterable `batch` comes from is not in
+  # view (global_reader.visit_For pairs names with arguments only where no
+  # argument is starred or a keyword).
+  findings = _findings(
+      "def run(state, it, n):\n  state = jax_utils.replicate(state)\n"
+      "  its = jax_utils.prefetch_to_device(it, 2)\n"
+      "  for step, batch in zip(range(n), *its):\n"
+      "    m = p_step(state, batch)\n  return m\n")
+  assert any("its is global batches now: read them in a for loop or with "
+             "next()" in text for text in _people(findings)), findings
+  assert BOTH_PLACED not in _changed(findings)
+
+
+def test_an_output_in_a_dict_literal_read_as_one_is_one_value():
+  # `{"loss": m}` (global_reader.visit_Dict), as `dict(loss=m)` above.
+  findings = _findings(
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  m = p_step(state, common_utils.shard(batch))\n"
+      "  d = {'loss': m}\n  return jax_utils.unreplicate(d)\n")
+  assert f"{BOTH_PLACED}, out_specs jax.P()," in _changed(findings)
+  assert ("jax_utils.unreplicate(...) of a replicated value -> the value "
+          "itself") in _changed(findings)
+
+
+def test_index_0_of_a_reduced_output_read_alone_is_the_value():
+  # `m[0]` of the step's pmean'd output, printed (global_reader.
+  # visit_Subscript): one value, P(), its [0] gone.
+  findings = _findings(
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  m = p_step(state, common_utils.shard(batch))\n"
+      "  print(m[0])\n  return m\n")
+  assert f"{BOTH_PLACED}, out_specs jax.P()," in _changed(findings)
+  assert ("m[0] of a value the step reduces over the axis (one value now, "
+          "P()) -> m") in _changed(findings)
