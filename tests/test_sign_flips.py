@@ -47,6 +47,8 @@ def test_a_few_elements_updated_the_other_way_are_left_out_and_counted():
 @pytest.mark.parametrize("size, flipped, left_out", [
     (1000, 1, True),   # the share: 1 in 1000
     (1000, 2, False),  # over it
+    (10000, 10, True),  # a larger leaf: more, by the share
+    (10000, 11, False),
     (100, 1, True),    # one element in a leaf of SIGN_FLIP_ONE_IN
     (99, 1, False),    # a smaller leaf: none
     (10, 1, False)])   # a 10-wide bias
@@ -161,3 +163,30 @@ def test_a_report_without_a_nudged_limit_holds_every_flip():
   checks = _checks({0, 20}, fell_back={20})
   del checks["nudged_limit"]
   assert flips.over_and_excused(checks, "pmap", "reference")[1] == [0, 20]
+
+
+def test_an_element_only_one_program_moved_is_no_flip_either_way():
+  # The truth's element stayed put while the port's moved down (or up):
+  # not opposite ways, judged in full.
+  for direction in (-1.0, 1.0):
+    start, port, truth = _lion_step(flipped=[7])
+    truth["params"]["w"][3] = start["params"]["w"][3]
+    port["params"]["w"][3] = start["params"]["w"][3] + np.float32(
+        direction * LR)
+    counted = {}
+    assert equivalence.update_errors(port, truth, start, counted)[
+        LEAF] == pytest.approx(1.0, rel=1e-3)
+    assert counted == {LEAF: 1}
+
+
+def test_updates_far_under_a_float32_square_root_of_the_smallest_still_flip():
+  # Updates of 1e-24: their product underflows float32, not the sign.
+  start = np.zeros(1000, np.float32)
+  update = np.full(1000, 1e-24, np.float32)
+  port, truth = start + update, start + update
+  port[7] = -update[7]
+  counted = {}
+  errors = equivalence.update_errors({"params": {"w": port}},
+                                     {"params": {"w": truth}},
+                                     {"params": {"w": start}}, counted)
+  assert errors == {LEAF: 0.0} and counted == {LEAF: 1}
