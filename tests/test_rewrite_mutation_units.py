@@ -3,6 +3,8 @@ bench.mutation`, issue 60) found no fast test pinning: each a small
 program rewritten in-process, no program run (bench/mutation_triage.toml
 names the mutant each test kills)."""
 
+import pytest
+
 from compare._src.rewrite.rewrite_global import rewrite_global_source
 
 HEAD = ("import jax\nimport jax.numpy as jnp\nfrom flax import jax_utils\n"
@@ -401,3 +403,146 @@ def test_a_state_and_batch_given_by_keyword_are_named_once_each():
   assert len(people) == 2 and all(
       "keyword arguments keep pmap's stacked layout; pass it positionally"
       in text for text in people), people
+
+
+@pytest.mark.parametrize("default", ["True", "False"])
+def test_a_parameters_default_of_true_or_false_is_a_value_of_no_layout(
+    default):
+  # global_calls._default_kind: a call that leaves `flag` to its default
+  # gives it a value of no layout ("stacked" in the report), beside a call
+  # that gives it the replicated state.
+  people = _people(_findings(
+      f"def go(state, batch, flag={default}):\n"
+      "  return p_step(state, common_utils.shard(batch))\n\n"
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  m = go(state, batch)\n  m2 = go(state, batch, flag=state)\n"
+      "  return m, m2\n"))
+  assert ("go's parameter flag is given values of different layouts: "
+          "replicated at line 17, stacked at line 16; give it one layout"
+          in " ".join(people)), people
+
+
+def test_a_parameters_default_of_a_name_is_out_of_view_beside_a_literal():
+  # `state=STATE` left to its default: where it comes from is not in view,
+  # whatever the next parameter's literal default (global_calls.
+  # _default_kind reads the parameter's own default only).
+  people = _people(_findings(
+      "STATE = None\n\ndef go(batch, state=STATE, n=3):\n"
+      "  return p_step(state, common_utils.shard(batch))\n\n"
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  m = go(batch)\n  m2 = go(batch, state)\n  return m, m2\n"))
+  assert any("argument 0 of p_step, `state`: where it comes from is not in "
+             "view (a parameter of go, or unbound here)" in text
+             for text in people), people
+  # Not of no layout ("stacked"), as `n`'s literal would make it.
+  assert not any("parameter state is given values of different layouts"
+                 in text for text in people), people
+
+
+def test_a_replace_of_two_layouts_is_named_with_both():
+  # global_calls.replace_kind's blocker, word for word.
+  people = _people(_findings(
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  s = state.replace(step=0)\n"
+      "  m = p_step(s, common_utils.shard(batch))\n  return m\n"))
+  assert ("global step not written: state.replace(...) puts values of other "
+          "layouts together (replicated and ['stacked']): place them alike "
+          "by hand (docs/MIGRATION.md#idiom-map)") in people, people
+
+
+def test_a_function_returning_a_placed_value_used_as_a_value_is_named():
+  # global_calls._returned_to_names, word for word.
+  people = _people(_findings(
+      "def make(state):\n  return jax_utils.replicate(state)\n\n"
+      "def run(state, batch):\n  states = list(map(make, [state]))\n"
+      "  s = make(state)\n  m = p_step(s, common_utils.shard(batch))\n"
+      "  return m\n"))
+  assert ("global step not written: make returns a replicated value (line "
+          "12) and is used here as a value: call it as `x = make(...)` so "
+          "that it can be followed (docs/REWRITE.md#functions)") in people, (
+              people)
+
+
+def test_a_steps_output_given_to_a_functions_star_args_is_read_per_device():
+  # `show(0, m)` into `def show(a, *rest)`: the output lands in no named
+  # parameter (global_calls.parameter_of: None), so it is not followed
+  # and keeps pmap's stacked view; no crash on the index past the names.
+  findings = _findings(
+      "def show(a, *rest):\n  print(a)\n\n"
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  m = p_step(state, common_utils.shard(batch))\n  show(0, m)\n"
+      "  return jax_utils.unreplicate(m)\n")
+  assert not _people(findings)
+  assert f"{BOTH_PLACED}, out_specs jax.P('batch')," in _changed(findings)
+
+
+def test_a_dict_of_two_layouts_is_named_with_both():
+  # global_calls.structure_kind's blocker, word for word.
+  people = _people(_findings(
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  b = common_utils.shard(batch)\n  d = {'a': state, 'b': b}\n"
+      "  m = p_step(d['a'], b)\n  return m\n"))
+  assert ("global step not written: a dict of values of different layouts "
+          "(['global batch', 'replicated']): place them alike by hand "
+          "(docs/MIGRATION.md#idiom-map)") in people, people
+
+
+def test_a_replace_of_a_value_of_no_layout_is_of_none():
+  # `create().replace(step=0)` (global_calls.replace_kind: S, neither
+  # placed): given to the step, it keeps pmap's per-device view.
+  findings = _findings(
+      "def run(batch):\n  t = create()\n  s = t.replace(step=0)\n"
+      "  m = p_step(s, common_utils.shard(batch))\n  return m\n")
+  assert not _people(findings)
+  assert ("in_specs jax.P('batch'), out_specs jax.P(), check_vma at jax's "
+          "default (the step takes no gradient); pmap's per-device view of "
+          "its argument 0") in _changed(findings)
+
+
+def _chain(n, replaced):
+  """A replicated state aliased `n` times, then `.replace`d: of the alias
+  (`replaced="base"`) or with it as the value (`"value"`)."""
+  aliases = "".join(f"  a{i + 1} = a{i}\n" for i in range(n))
+  last = (f"a{n}.replace(metrics=m)" if replaced == "base" else
+          f"state.replace(params=a{n})")
+  return _people(_findings(
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  m = p_step(state, common_utils.shard(batch))\n  a0 = state\n"
+      + aliases + f"  s = {last}\n  return jax_utils.unreplicate(s)\n"))
+
+
+def test_a_replace_is_followed_to_the_readings_depth_and_no_further():
+  # The reading follows a name through a bounded number of bindings
+  # (`depth > 8`, global_calls.replace_kind handing on depth + 1): where a
+  # replace's value or base lies past it, its layout is not in view. Each
+  # pair is the last chain within and the first past the bound, as
+  # measured; a bound moved by one moves them.
+  def conflicts(people):
+    return [t for t in people if ".replace(...) puts values" in t]
+  assert not conflicts(_chain(5, "value"))
+  assert "(replicated and [None])" in " ".join(conflicts(_chain(6, "value")))
+  assert "(replicated and ['stacked'])" in " ".join(
+      conflicts(_chain(6, "base")))
+  assert not conflicts(_chain(7, "base"))
+
+
+def test_a_function_called_with_star_args_is_out_of_view():
+  # `go(*pair)`: which argument reaches which parameter is not in view
+  # (global_calls.argument: False), so the step's argument is not either.
+  people = _people(_findings(
+      "def go(state, batch):\n"
+      "  return p_step(state, common_utils.shard(batch))\n\n"
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  pair = (state, batch)\n  return go(*pair)\n"))
+  assert any("argument 0 of p_step, `state`: where it comes from is not in "
+             "view" in text for text in people), people
+
+
+def test_a_dict_of_values_of_no_layout_is_of_none():
+  # global_calls.structure_kind: a dict none of whose values is placed is
+  # of no layout (S), given to the step as pmap's per-device view.
+  findings = _findings(
+      "def run(batch):\n  d = {'a': create()}\n"
+      "  m = p_step(d, common_utils.shard(batch))\n  return m\n")
+  assert not _people(findings), _people(findings)
+  assert "pmap's per-device view of its argument 0" in _changed(findings)
