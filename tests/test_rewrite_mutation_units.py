@@ -546,3 +546,60 @@ def test_a_dict_of_values_of_no_layout_is_of_none():
       "  m = p_step(d, common_utils.shard(batch))\n  return m\n")
   assert not _people(findings), _people(findings)
   assert "pmap's per-device view of its argument 0" in _changed(findings)
+
+
+def test_a_bare_return_beside_a_placed_one_returns_the_placed_value():
+  # global_reader.visit_Return records returns with a value only: `make`
+  # returns the replicated state, called as `s = make(...)`.
+  findings = _findings(
+      "def make(state):\n  if state is None:\n    return\n"
+      "  s = jax_utils.replicate(state)\n  return s\n\n"
+      "def run(state, batch):\n  s = make(state)\n"
+      "  m = p_step(s, common_utils.shard(batch))\n"
+      "  return jax_utils.unreplicate(m)\n")
+  assert not _people(findings), _people(findings)
+  assert BOTH_PLACED in _changed(findings)
+
+
+def test_a_value_bound_to_two_names_at_once_is_left_to_a_person():
+  # `s = t = replicate(...)` (global_reader.visit_Assign: one target only
+  # is followed; the value's reads still seen).
+  people = _people(_findings(
+      "def run(state, batch):\n  s = t = jax_utils.replicate(state)\n"
+      "  m = p_step(s, common_utils.shard(batch))\n  return m\n"))
+  assert any("the value of jax_utils.replicate(...) goes where its layout "
+             "cannot be followed" in text for text in people), people
+
+
+def test_a_tuple_of_batches_sharded_together_is_placed_alike():
+  # `b1, b2 = common_utils.shard((batch, batch))`: each part a global batch.
+  findings = _findings(
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  b1, b2 = common_utils.shard((batch, batch))\n"
+      "  m = p_step(state, b1)\n  return jax_utils.unreplicate(m)\n")
+  assert not _people(findings), _people(findings)
+  assert f"{BOTH_PLACED}, out_specs jax.P()," in _changed(findings)
+
+
+def test_a_tuple_replicated_together_reads_what_it_holds():
+  # `a, b = replicate((m, state))`: the reads inside the placed tuple are
+  # seen (the step's output and the state, each read again).
+  people = _people(_findings(
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  m = p_step(state, common_utils.shard(batch))\n"
+      "  a, b = jax_utils.replicate((m, state))\n  return a\n"))
+  assert any("state is placed once on the mesh now" in text
+             for text in people), people
+
+
+def test_a_tree_map_of_the_files_replicator_places_the_state():
+  # `rep = lambda x: jnp.array([x] * 8)`, then `jax.tree.map(rep, state)`:
+  # a replicate (global_reader.visit_Assign asks `known` for `rep`).
+  changed = _changed(_findings(
+      "def run(state, batch):\n  rep = lambda x: jnp.array([x] * 8)\n"
+      "  s = jax.tree.map(rep, state)\n"
+      "  m = p_step(s, common_utils.shard(batch))\n"
+      "  return jax_utils.unreplicate(m)\n"))
+  assert "jax.tree.map(...) -> jax.device_put(..., NamedSharding(mesh, P()))" in (
+      changed)
+  assert BOTH_PLACED in changed
