@@ -603,3 +603,60 @@ def test_a_tree_map_of_the_files_replicator_places_the_state():
   assert "jax.tree.map(...) -> jax.device_put(..., NamedSharding(mesh, P()))" in (
       changed)
   assert BOTH_PLACED in changed
+
+
+@pytest.mark.parametrize("read", ["  print({'loss': m})\n",
+                                  "  d = {'loss': m}\n  print(d)\n"],
+                         ids=["unnamed", "named"])
+def test_an_output_in_a_dict_read_whole_is_read_per_device(read):
+  # A dict holding the step's output, unnamed or named and read whole
+  # (global_calls.read_as_one: a structure is one value only where it is
+  # given to a step unnamed, or named and every read of it is one).
+  changed = _changed(_findings(
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  m = p_step(state, common_utils.shard(batch))\n" + read +
+      "  return jax_utils.unreplicate(m)\n"))
+  assert f"{BOTH_PLACED}, out_specs jax.P('batch')," in changed
+
+
+def test_a_step_put_inline_into_a_replace_in_a_function_of_no_return():
+  # global_calls.read_as_one of an inline replace where its function
+  # returns nothing (`returns` holds no entry for it): judged, no crash.
+  people = _people(_findings(
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  print(state.replace(metrics=p_step(state, "
+      "common_utils.shard(batch))))\n"))
+  assert any("state.replace(...) puts values of other layouts together "
+             "(replicated and ['stacked'])" in text for text in people), people
+
+
+def test_a_step_put_inline_into_a_nested_functions_returned_replace():
+  # The inline call's scope is the innermost function's (global_reader.
+  # visit_Call): its returned replace is read where `inner` is called.
+  people = _people(_findings(
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  def inner(b):\n"
+      "    return state.replace(metrics=p_step(state, "
+      "common_utils.shard(b)))\n"
+      "  s = inner(batch)\n  return jax_utils.unreplicate(s)\n"))
+  assert any("(conflict and ['replicated'])" in text for text in people), (
+      people)
+
+
+def _through(n):
+  """The step called through `n + 1` of the program's functions."""
+  defs = "".join(f"def f{i}(s, b):\n  return f{i + 1}(s, b)\n\n"
+                 for i in range(n))
+  return _findings(
+      defs + f"def f{n}(s, b):\n  return p_step(s, common_utils.shard(b))\n\n"
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  m = f0(state, batch)\n  return jax_utils.unreplicate(m)\n")
+
+
+def test_the_state_is_followed_through_functions_to_the_readings_depth():
+  # global_calls.parameter_kind hands depth + 1 on: two functions deep
+  # the state is followed, five deep it is past the reading's bound.
+  assert not _people(_through(1))
+  assert BOTH_PLACED in _changed(_through(1))
+  assert any("argument 0 of p_step, `s`: where it comes from is not in view "
+             "(a parameter of f4" in text for text in _people(_through(4)))
