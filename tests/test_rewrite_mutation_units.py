@@ -660,3 +660,26 @@ def test_the_state_is_followed_through_functions_to_the_readings_depth():
   assert BOTH_PLACED in _changed(_through(1))
   assert any("argument 0 of p_step, `s`: where it comes from is not in view "
              "(a parameter of f4" in text for text in _people(_through(4)))
+
+
+def test_a_tuple_of_the_state_and_an_output_unreplicated_together_is_dropped():
+  # `s, n = unreplicate((state, m))` (flax's pixelcnn form): each part read
+  # as one value, the call dropped (global_reader.visit_Call records each
+  # part's container and the call's parts).
+  done = rewrite_global_source(
+      HEAD + "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  m = p_step(state, common_utils.shard(batch))\n"
+      "  s, n = jax_utils.unreplicate((state, m))\n  return s, n\n")
+  findings = done.findings
+  assert not _people(findings), _people(findings)
+  assert "  s, n = (state, m)\n" in done.code, done.code
+  changed = _changed(findings)
+  assert f"{BOTH_PLACED}, out_specs jax.P()," in changed
+  assert "jax_utils.unreplicate(...) of a replicated value -> the value " in (
+      changed)
+
+
+def test_the_state_is_followed_three_functions_deep():
+  # With test_the_state_is_followed_through_functions_to_the_readings_depth:
+  # the bound between three and five functions, as measured.
+  assert not _people(_through(2)) and not _people(_through(3))
