@@ -683,3 +683,33 @@ def test_the_state_is_followed_three_functions_deep():
   # With test_the_state_is_followed_through_functions_to_the_readings_depth:
   # the bound between three and five functions, as measured.
   assert not _people(_through(2)) and not _people(_through(3))
+
+
+def test_a_parameter_given_a_batch_and_the_state_is_named_not_placed():
+  # global_calls.parameter_kind: two layouts given `s` (a blocker), and
+  # then none taken for it (not either one).
+  people = _people(_findings(
+      "def go(s, b):\n  return p_step(s, common_utils.shard(b))\n\n"
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  b2 = common_utils.shard(batch)\n"
+      "  m = go(state, batch)\n  m2 = go(b2, batch)\n  return m, m2\n"))
+  assert any("go's parameter s is given values of different layouts: global "
+             "batch at line 18, replicated at line 17" in t for t in people)
+  assert any("argument 0 of p_step, `s`: where it comes from is not in view"
+             in t for t in people), people
+
+
+def test_a_value_returned_through_seven_aliases_is_followed():
+  # global_calls.returned starts the reading's depth at 0: a replicated
+  # state returned through seven aliases is followed to `s = make(...)`.
+  chain = "".join(f"  s{i + 1} = s{i}\n" for i in range(7))
+  findings = _findings(
+      "def make(state):\n  s0 = jax_utils.replicate(state)\n" + chain +
+      "  return s7\n\ndef run(state, batch):\n  s = make(state)\n"
+      "  m = p_step(s, common_utils.shard(batch))\n"
+      "  return jax_utils.unreplicate(m)\n")
+  assert not _people(findings), _people(findings)
+  assert BOTH_PLACED in _changed(findings)
+  # The note for callers elsewhere reads the same depth (its `returned`).
+  assert ("callers in other files: make returns global arrays"
+          in _changed(findings))
