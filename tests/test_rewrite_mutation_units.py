@@ -713,3 +713,15 @@ def test_a_value_returned_through_seven_aliases_is_followed():
   # The note for callers elsewhere reads the same depth (its `returned`).
   assert ("callers in other files: make returns global arrays"
           in _changed(findings))
+
+
+def test_a_function_returning_one_value_unpacked_as_two_is_named():
+  # `a, b = make(state)` where `make` returns a name, not a tuple
+  # (global_calls.returned reads element j of tuples only): named, no crash.
+  people = _people(_findings(
+      "def make(state):\n  s = jax_utils.replicate(state)\n  return s\n\n"
+      "def run(state, batch):\n  a, b = make(state)\n"
+      "  m = p_step(a, common_utils.shard(batch))\n  return m\n"))
+  assert ("global step not written: make returns a replicated value (line "
+          "13): call it as `x = make(...)` so that it can be followed "
+          "(docs/REWRITE.md#functions)") in people, people
