@@ -725,3 +725,59 @@ def test_a_function_returning_one_value_unpacked_as_two_is_named():
   assert ("global step not written: make returns a replicated value (line "
           "13): call it as `x = make(...)` so that it can be followed "
           "(docs/REWRITE.md#functions)") in people, people
+
+
+@pytest.mark.parametrize("placed", [
+    "jax.tree.map(rep, state)", "list(jax_utils.prefetch_to_device(it, 2))"],
+                         ids=["own_replicator", "prefetch"])
+def test_a_placement_given_inline_is_left_to_a_person(placed):
+  # global_reader.leave_Module: a placement whose value goes where the
+  # reading does not follow it (here into print), the file's own
+  # replicator's tree map and a prefetch included.
+  what = placed.split("(")[0] if "tree" in placed else (
+      "jax_utils.prefetch_to_device")
+  people = _people(_findings(
+      "def run(state, it):\n  rep = lambda x: jnp.array([x] * 8)\n"
+      f"  print({placed})\n  state = jax_utils.replicate(state)\n"
+      "  for batch in jax_utils.prefetch_to_device(it, 2):\n"
+      "    m = p_step(state, batch)\n  return m\n"))
+  assert any(f"the value of {what}(...) goes where its layout cannot be "
+             "followed" in t for t in people), people
+
+
+def test_a_nested_functions_unreplicated_tuple_reads_its_own_names():
+  # The parts of `unreplicate((st, m))` in `inner` are `inner`'s names
+  # (global_reader.visit_Call records the innermost scope).
+  findings = _findings(
+      "def run(state, batch):\n  def inner(st, b):\n"
+      "    st = jax_utils.replicate(st)\n"
+      "    m = p_step(st, common_utils.shard(b))\n"
+      "    s, n = jax_utils.unreplicate((st, m))\n    return s, n\n"
+      "  return inner(state, batch)\n")
+  assert not _people(findings), _people(findings)
+  assert f"{BOTH_PLACED}, out_specs jax.P()," in _changed(findings)
+
+
+def test_a_function_returning_a_tuple_or_one_value_is_named_where_unpacked():
+  # `return s` beside `return s, 1`, unpacked as `a, b = make(...)`
+  # (global_calls.returned: element j of tuples only).
+  people = _people(_findings(
+      "def make(state, flag):\n  s = jax_utils.replicate(state)\n"
+      "  if flag:\n    return s\n  return s, 1\n\n"
+      "def run(state, batch):\n  a, b = make(state, 0)\n"
+      "  m = p_step(a, common_utils.shard(batch))\n"
+      "  return jax_utils.unreplicate(m)\n"))
+  assert sum("s is placed once on the mesh now" in t for t in people) == 2, (
+      people)
+
+
+def test_a_tuple_shorter_than_its_unpacking_is_named_not_indexed():
+  # `return (s,)` unpacked as `a, b = make(...)`, `b` given to the step
+  # (global_calls.returned: element 1 of a 1-tuple is no element).
+  people = _people(_findings(
+      "def make(state):\n  s = jax_utils.replicate(state)\n"
+      "  return (s,)\n\n"
+      "def run(state, batch):\n  a, b = make(state)\n"
+      "  m = p_step(b, common_utils.shard(batch))\n  return m\n"))
+  assert any("make returns a replicated value (line 13): call it as `x = "
+             "make(...)`" in t for t in people), people
