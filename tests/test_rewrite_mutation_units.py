@@ -769,6 +769,9 @@ def test_a_function_returning_a_tuple_or_one_value_is_named_where_unpacked():
       "  return jax_utils.unreplicate(m)\n"))
   assert sum("s is placed once on the mesh now" in t for t in people) == 2, (
       people)
+  # Its returns are of two lengths: no element is read (global_calls.
+  # check_returns reads elements of one length only).
+  assert not any("make returns" in t for t in people), people
 
 
 def test_a_tuple_shorter_than_its_unpacking_is_named_not_indexed():
@@ -781,3 +784,66 @@ def test_a_tuple_shorter_than_its_unpacking_is_named_not_indexed():
       "  m = p_step(b, common_utils.shard(batch))\n  return m\n"))
   assert any("make returns a replicated value (line 13): call it as `x = "
              "make(...)`" in t for t in people), people
+
+
+def test_a_function_returning_global_batches_in_a_tuple_is_named_as_such():
+  # global_calls.check_returns: element 0 is global batches, the call
+  # binds one name: the words say batches, and the form unpacks two.
+  people = _people(_findings(
+      "def make(it, state):\n  b = jax_utils.prefetch_to_device(it, 2)\n"
+      "  return b, state\n\n"
+      "def run(state, it):\n  state = jax_utils.replicate(state)\n"
+      "  x = make(it, state)\n"
+      "  for batch in x[0]:\n    m = p_step(state, batch)\n  return m\n"))
+  assert any("make returns global batches (line 13): call it as `x, y = "
+             "make(...)`" in t for t in people), people
+
+
+def test_a_step_factory_used_as_a_value_is_named():
+  # global_calls.check_factories: a function returning a pmap, called once
+  # and also handed on as a value.
+  people = _people(_findings(
+      "def make_step():\n"
+      "  return jax.pmap(train_step, axis_name='batch')\n\n"
+      "def run(state, batch):\n  q_step = make_step()\n"
+      "  makers = [make_step]\n  state = jax_utils.replicate(state)\n"
+      "  m = q_step(state, common_utils.shard(batch))\n  return m\n"))
+  assert any("make_step returns a pmap (line 12) and is defined or " in t
+             for t in people), people
+
+
+def test_a_value_returned_through_two_functions_is_followed_to_the_bound():
+  # global_calls.returned hands depth + 1 on: through `make2` to `make`'s
+  # seven aliases the reading's bound is passed, and `t` is read as
+  # before, per device (with seven aliases in one function, followed).
+  chain = "".join(f"  s{i + 1} = s{i}\n" for i in range(7))
+  people = _people(_findings(
+      "def make(state):\n  s0 = jax_utils.replicate(state)\n" + chain +
+      "  return s7\n\ndef make2(state):\n  t = make(state)\n  return t\n\n"
+      "def run(state, batch):\n  s = make2(state)\n"
+      "  m = p_step(s, common_utils.shard(batch))\n"
+      "  return jax_utils.unreplicate(m)\n"))
+  assert any("t is placed once on the mesh now" in t for t in people), people
+
+
+def test_a_step_factory_called_once_is_read_as_its_step():
+  # global_calls.check_factories: one def, one call, never a value.
+  people = _people(_findings(
+      "def make_step():\n"
+      "  return jax.pmap(train_step, axis_name='batch')\n\n"
+      "def run(state, batch):\n  q_step = make_step()\n"
+      "  state = jax_utils.replicate(state)\n"
+      "  m = q_step(state, common_utils.shard(batch))\n  return m\n"))
+  assert not any("returns a pmap" in t for t in people), people
+
+
+def test_a_function_returning_tuples_of_two_lengths_is_not_read_by_element():
+  # global_calls.check_returns reads elements where every return is a
+  # tuple of one length; of two lengths, none (no call form to name).
+  people = _people(_findings(
+      "def make(state, f):\n  s = jax_utils.replicate(state)\n"
+      "  if f:\n    return s, 1\n  return s, 1, 2\n\n"
+      "def run(state, batch):\n  a, b = make(state, 1)\n"
+      "  m = p_step(a, common_utils.shard(batch))\n  return m\n"))
+  assert not any("make returns a replicated value" in t for t in people), (
+      people)
