@@ -810,6 +810,19 @@ def test_a_step_factory_used_as_a_value_is_named():
       "  m = q_step(state, common_utils.shard(batch))\n  return m\n"))
   assert any("make_step returns a pmap (line 12) and is defined or " in t
              for t in people), people
+  # Word for word, at the line the step is bound.
+  assert [(f.line, f.text) for f in _findings(
+      "def make_step():\n"
+      "  return jax.pmap(train_step, axis_name='batch')\n\n"
+      "def run(state, batch):\n  q_step = make_step()\n"
+      "  makers = [make_step]\n  state = jax_utils.replicate(state)\n"
+      "  m = q_step(state, common_utils.shard(batch))\n  return m\n")
+          if "returns a pmap" in f.text] == [(15, (
+              "global step not written: make_step returns a pmap (line 12) "
+              "and is defined or called other than once as `step = "
+              "make_step(...)` (lines [15, 16]): each call's step is that "
+              "one pmap to the reading; call it once "
+              "(docs/REWRITE.md#functions)"))]
 
 
 def test_a_value_returned_through_two_functions_is_followed_to_the_bound():
