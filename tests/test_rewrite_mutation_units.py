@@ -860,3 +860,17 @@ def test_a_function_returning_tuples_of_two_lengths_is_not_read_by_element():
       "  m = p_step(a, common_utils.shard(batch))\n  return m\n"))
   assert not any("make returns a replicated value" in t for t in people), (
       people)
+
+
+@pytest.mark.parametrize("aliases, named", [(7, True), (8, False)])
+def test_a_tuples_element_is_followed_to_the_readings_depth(aliases, named):
+  # global_calls.check_returns reads each element from depth 0: seven
+  # aliases inside `make` are within the bound (its call named, as it
+  # binds one name to a tuple holding the state), eight past it.
+  chain = "".join(f"  s{i + 1} = s{i}\n" for i in range(aliases))
+  people = _people(_findings(
+      "def make(state):\n  s0 = jax_utils.replicate(state)\n" + chain +
+      f"  return s{aliases}, 1\n\ndef run(state, batch):\n"
+      "  x = make(state)\n  m = p_step(x[0], common_utils.shard(batch))\n"
+      "  return m\n"))
+  assert any("make returns a replicated value" in t for t in people) == named
