@@ -874,3 +874,15 @@ def test_a_tuples_element_is_followed_to_the_readings_depth(aliases, named):
       "  x = make(state)\n  m = p_step(x[0], common_utils.shard(batch))\n"
       "  return m\n"))
   assert any("make returns a replicated value" in t for t in people) == named
+
+
+def test_the_note_for_callers_elsewhere_reads_a_tuples_element_from_depth_0():
+  # global_calls.notes: `make` returns the state through seven aliases in
+  # a tuple, unpacked here: its note for callers in other files says so.
+  chain = "".join(f"  s{i + 1} = s{i}\n" for i in range(7))
+  changed = _changed(_findings(
+      "def make(state):\n  s0 = jax_utils.replicate(state)\n" + chain +
+      "  return s7, 1\n\ndef run(state, batch):\n  s, k = make(state)\n"
+      "  m = p_step(s, common_utils.shard(batch))\n"
+      "  return jax_utils.unreplicate(m)\n"))
+  assert "callers in other files: make returns global arrays" in changed
