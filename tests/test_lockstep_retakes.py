@@ -314,3 +314,24 @@ def test_the_leaves_are_named_by_their_path_and_shape():
   checks = world().checks
   assert checks.leaf_names == [
       "['params']['b'] (3,)", "['params']['w'] (4,)", "['step'] ()"]
+
+
+def test_the_sign_flips_each_comparison_counts_are_recorded_by_step(
+    monkeypatch):
+  # Every comparison hands update_errors a dict for the elements it leaves
+  # out as sign flips (equivalence.SIGN_FLIP_SHARE); the lockstep records
+  # their sum per checked step, the calibration's apart from each pair's.
+  errors = lockstep.equivalence.update_errors
+  handed = []
+
+  def counting(a, b, start, sign_flips=None):
+    handed.append(sign_flips is not None)
+    if sign_flips is not None:
+      sign_flips.update({"['params']['w'] (4,)": 2, "['params']['b'] (3,)": 1})
+    return errors(a, b, start)
+  monkeypatch.setattr(lockstep.equivalence, "update_errors", counting)
+  report = world({"port": planted_at()}, steps=2).drive().report(10.0, "why")
+  assert report["band_sign_flips"] == {1: 3, 2: 3}
+  assert {name: pair["sign_flips"] for name, pair in report["pairs"].items()
+          } == {name: {1: 3, 2: 3} for name in report["pairs"]}
+  assert any(handed) and not all(handed)  # the witness's and retakes': none
