@@ -18,7 +18,9 @@ REWRITE_TESTS = (
     "tests/test_rewrite_global_ours.py", "tests/test_rewrite_global_reads.py",
     "tests/test_rewrite_imported_axis.py",
     "tests/test_rewrite_removed_puts.py", "tests/test_rewrite_survivors.py",
-    "tests/test_rewrite_mutation_units.py")
+    "tests/test_rewrite_mutation_units.py",
+    "tests/test_rewrite_mutation_reader.py",
+    "tests/test_rewrite_mutation_calls.py")
 # What the removed puts and the report texts go through, and where the
 # scopes are read first: smaller sets, a shorter first run.
 PUTS_TESTS = ("tests/test_rewrite_removed_puts.py",

@@ -220,11 +220,11 @@ def test_orbax_conversion_keeps_only_a_replicated_value(tmp_path, capsys):
   assert_places(out, "wmtlike", "batch is a global batch now")
 
 
-def test_a_key_per_device_fed_back_by_keyword_stays_stacked(tmp_path, capsys):
-  # flax's nlp_seq as it stood in 2021 (google/flax at 866ce07b^): the
-  # step returns each device's next dropout key and the loop gives it back
-  # by keyword. A keyword argument keeps pmap's stack, so that output does.
-  text = HANDED.replace(
+def key_fed_back_by_keyword() -> str:
+  """flax's nlp_seq as it stood in 2021 (google/flax at 866ce07b^): the
+  step returns each device's next dropout key and the loop gives it back
+  by keyword."""
+  return HANDED.replace(
       "  keep = jax.random.bernoulli(dropout_rng, 0.9, batch[\"x\"].shape)",
       "  dropout_rng, new_dropout_rng = jax.random.split(dropout_rng)\n"
       "  keep = jax.random.bernoulli(dropout_rng, 0.9, batch[\"x\"].shape)"
@@ -234,6 +234,11 @@ def test_a_key_per_device_fed_back_by_keyword_stays_stacked(tmp_path, capsys):
                 "dropout_rng=dropout_rngs)",
                 "    params, metrics, dropout_rngs = p_train_step(\n"
                 "        params, batch, dropout_rng=dropout_rngs)")
+
+
+def test_a_key_per_device_fed_back_by_keyword_stays_stacked(tmp_path, capsys):
+  # A keyword argument keeps pmap's stack, so that output does.
+  text = key_fed_back_by_keyword()
   assert text.count("new_dropout_rng") == 2 and "metrics, dropout_rngs" in text
   code, source, port, out = _rewritten(tmp_path, capsys, text)
   assert code == 0 and "0 place(s) need a person" in out, out
