@@ -136,10 +136,12 @@ class Lockstep:
     hosts = []
     for run in self.runs.values():
       run.initial = skeleton(run.state)
-      run.host = host_copies.same_as_one_of(run.module.to_host(run.state),
-                                             hosts)
+      run.host = host_copies.same_as_one_of(
+          host_copies.of(run.module, run.state), hosts)
       hosts.append(run.host)
-    self._shared = self.reference.host  # at a checked step, before it
+    # At a checked step, before it: the one host copy a proof keeps (the
+    # truth's own step may donate its state).
+    self._shared = host_copies.kept(self.reference.host)
     # Per run, at a checked step: whether it starts it apart from the
     # shared state (the run's host state before the step is not kept).
     self._apart_now = {}
@@ -165,11 +167,13 @@ class Lockstep:
     """A truth the host cannot place takes its calibration step t now, from
     its own state, before its own step may donate it (no copy outlives the
     calibration step); one it can, after the steps, where one is needed."""
-    self._shared = self.reference.host if self.is_checked(t) else None
+    truth = self.reference.host
+    self._shared = host_copies.kept(truth) if self.is_checked(t) else None
     if self.is_checked(t):
       start = time.perf_counter()
-      self._apart_now = {name: not equivalence.trees_same_bits(
-          run.host, self._shared) for name, run in self.runs.items()}
+      self._apart_now = {name: run.host is not truth and not (
+          equivalence.trees_same_bits(run.host, self._shared))
+                         for name, run in self.runs.items()}
       # A truth the host cannot place (our strategies' one-device
       # references) keeps its own state for its nudged retakes.
       if not self._truth_placed():
@@ -274,7 +278,8 @@ class Lockstep:
     state, metrics = run.step(state, batch)
     self.extra_steps += 1
     self.stepped[run.name].append(t)
-    return run.module.to_host(state), run.module.metrics_to_host(metrics)
+    return (host_copies.of(run.module, state),
+            run.module.metrics_to_host(metrics))
 
   def _nudged_error(self, name, t, host_batch, results):
     """Every pairing of run `name`'s step t (a port run's or the witness's)
@@ -324,7 +329,7 @@ class Lockstep:
       state, _ = run.step(state, run.module.put_batch(self.rows(run, batch),
                                                       run.placement))
       self.extra_steps += 1
-      yield run.module.to_host(state)
+      yield host_copies.of(run.module, state)
 
   def _calibration_step(self, t, host_batch):
     """The ground truth's step t from its own state, changed the way that
@@ -341,7 +346,7 @@ class Lockstep:
                                         self.rows(reference, batch),
                                         reference.placement))
     self.extra_steps += 1
-    return (reference.module.to_host(state),
+    return (host_copies.of(reference.module, state),
             reference.module.metrics_to_host(metrics))
 
   def report(self, multiple: float, reason: str) -> dict:

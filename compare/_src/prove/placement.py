@@ -3,6 +3,8 @@ state to place it (`compare._src.prove.lockstep`)."""
 
 import jax
 
+from compare._src.prove import host_copies
+
 # Leaves up to this size are kept whole in a run's `initial`: step counters,
 # keys, a MultiSteps gradient step; `from_host` reads their values.
 SKELETON_MAX_SIZE = 64
@@ -28,7 +30,7 @@ def place(run, host, step: int):
   the program holds it). The compiled step is specialised to the state's
   pytree metadata (the optimiser object): the run's own, with the placed
   leaves."""
-  state = run.module.from_host(host, run.placement, run.initial, step,
-                               run.calls)
+  state = run.module.from_host(host_copies.read(host), run.placement,
+                               run.initial, step, run.calls)
   return jax.tree.unflatten(jax.tree.structure(run.state),
                             jax.tree.leaves(state))

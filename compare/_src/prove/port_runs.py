@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from compare._src.prove import adapt
+from compare._src.prove import host_copies
 from compare import conversions
 from shardport.strategies import negative_controls as controls
 from shardport.strategies import perturbations
@@ -70,6 +71,7 @@ class _Run:
 
   PROCESS_LOCAL_BATCH = False
   STEP_TAKES_HOST_LOCAL = False
+  STACKED = False  # a copy of the state per device, stacked (pmap's)
 
   def __init__(self, port, state, step):
     self._port, self._state, self._step = port, state, step
@@ -93,6 +95,12 @@ class _Run:
     return jax.tree.map(np.array, jax.device_get(
         program_fields(self.host_state(state))))
 
+  def host_view(self, state):
+    """`to_host`'s fields left on the devices, each read as the engine
+    compares it (`host_copies.DeviceLeaf`): no host copy of the state."""
+    return jax.tree.map(lambda x: host_copies.device_leaf(x, self.STACKED),
+                        program_fields(state))
+
   def create_state(self, seed, config, placement):
     del seed, config
     return self.place(self._state, placement)
@@ -115,6 +123,7 @@ class PmapRun(_Run):
   CHECKPOINTS = pmap_devices
   PROCESS_LOCAL_BATCH = True
   STEP_TAKES_HOST_LOCAL = True
+  STACKED = True
 
   def make_placement(self, n_devices):
     del n_devices
@@ -146,6 +155,7 @@ class BroadcastPmapRun(PmapRun):
   process's pmap takes on its own devices."""
 
   CHECKPOINTS = mesh_devices
+  STACKED = False
 
   def place(self, state, placement):
     del placement

@@ -49,8 +49,7 @@ class Run:
   variant: str
   calls: int = 1
   n_devices: int = 1
-  # A calibration run's change (`shardport.strategies.perturbations`), else None.
-  perturbation: object = None
+  perturbation: object = None  # a calibration run's change, else None
   local_batch: bool = False
   same_as: object = None
   placement: object = None
@@ -62,7 +61,8 @@ class Run:
   losses: list = dataclasses.field(default_factory=list)
   since_eval: list = dataclasses.field(default_factory=list)
   step_metrics: dict = dataclasses.field(default_factory=dict)
-  host: object = None
+  host: object = None  # its state as read (`compare._src.prove.host_copies`)
+  digest: str | None = None  # its final state's, read before the timing
   initial: object = None  # its skeleton (`compare._src.prove.placement`)
   handover: dict | None = None  # what `--switch-at` handed over (pmap's)
   history: list = dataclasses.field(default_factory=list)
@@ -183,9 +183,8 @@ def _step(run, host_batch, i, n_devices, fetched):
   elif i == 0:
     progress_lines.phase(f"compiling {run.name}")
     run.step = _compile(run, batch)
-    # Many processes: each run's first collective builds gloo's context,
-    # which fails if the processes come more than 30 s apart; they may
-    # compile at different speeds.
+    # Many processes: gloo's context, built by each run's first collective,
+    # fails if the processes (compiling at their own speeds) come 30 s apart.
     distributed.barrier(f"first-step-{run.name}")
   run.state, metrics = run.step(run.state, batch)
   # Fetched once: the lockstep checks judge every metric of the step.
@@ -193,7 +192,8 @@ def _step(run, host_batch, i, n_devices, fetched):
   run.since_eval.append(run_metrics.scalar_metrics(run.step_metrics))
   run.losses.append(run.since_eval[-1]["loss"])
   run.host = host_copies.same_as_one_of(
-      run.module.to_host(run.state), [host for host, _ in fetched.values()])
+      host_copies.of(run.module, run.state),
+      [host for host, _ in fetched.values()])
   if id(run.host) not in fetched:  # a host state checked once
     fetched[id(run.host)] = run.host, equivalence.all_finite(run.host)
   return np.isfinite(run.losses[-1]) and fetched[id(run.host)][1]
@@ -315,7 +315,7 @@ def _run_report(strategy, config, run, speed):
           **summary,
           "losses": run.losses,
           **run.compiled, "history": run.history,
-          "state_digest": digest.state_digest(run.host),
+          "state_digest": run.digest,
           **strategy.run_fields(config, run.name, run.state)}
 
 
@@ -347,6 +347,8 @@ def compare(strategy, config, data, n_devices: int, windows: int = 20,
                          strategy.lockstep_reason)
   calibrations = [run for run in runs if run.perturbation is not None]
   runs = [run for run in runs if run.perturbation is None]
+  for run in runs:  # before the timing's steps donate the states read
+    run.digest = digest.state_digest(run.host)
   by_name = {run.name: run for run in runs}
   calibration_report = _calibration_report(strategy, calibrations, drift)
   handed = (by_name[switch.SOURCE].handover if switch.SOURCE in by_name
