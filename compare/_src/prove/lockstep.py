@@ -13,8 +13,7 @@ rows reordered (summation order only), measured at the first
 `CALIBRATED_FIRST` checked steps and at every checked step where a run
 starts or ends apart from the truth (`Lockstep.after_step`).
 
-A run whose own state is bitwise the shared state needs no extra step: its
-free-running step is the lockstep one.
+A run whose state is bitwise the shared state takes no extra step.
 
 Each port run's step is also compared with its witness's (the pmap run, never
 planted): a pair whose two programs differ (pmap and the one-device

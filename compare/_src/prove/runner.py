@@ -289,11 +289,8 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
 
 
 def measure_throughput(strategy, runs, config, data, windows: int):
-  """Interleaved examples/s of every run, continuing from its final state.
-
-  The final state (already fetched and evaluated) is reused rather than a
-  fresh one because the compiled step is specialised to its pytree metadata.
-  """
+  """Interleaved examples/s of every run, from its final state (already
+  read: the compiled step is specialised to its pytree's metadata)."""
   progress_lines.phase(f"timing: {windows} windows, the runs interleaved")
   host_batches = strategy.timing_batches(config, data, _TIMING_BATCHES)
   timed = []
