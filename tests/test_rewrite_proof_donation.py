@@ -43,3 +43,14 @@ def test_a_step_that_is_not_a_jit_donates_nothing():
   state = {"w": jnp.ones(3)}
   step(state, jnp.arange(8.0))
   assert not state["w"].is_deleted()
+
+
+def test_a_donating_step_wrapped_in_a_jit_of_ours_still_donates():
+  # `global_keywords.proved_with_bound_keywords` binds a local pmap's
+  # keyword arguments in a jit of its own (flax nlp_seq's dropout_rng).
+  written = _step(True)
+  wrapped = jax.jit(lambda state, batch: written(state, batch))
+  step = rewrite_proof._on_global_mesh(wrapped, AXES, 8)  # pylint: disable=protected-access
+  state = {"w": jnp.ones(3)}
+  step(state, jnp.arange(8.0))
+  assert state["w"].is_deleted()

@@ -24,7 +24,6 @@ import pathlib
 import re
 import sys
 import tempfile
-import types
 
 from compare._src.prove import port as port_module
 from compare._src.prove import port_steps
@@ -278,23 +277,17 @@ def _on_global_mesh(global_step, axes: dict, size: int, mesh=None):
       metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), metrics)
     return state, metrics
 
-  # One program, as the first step's `_on_mesh`: the harness times it as a
-  # step, not as Python around one. It donates the state where the written
-  # step does (its jit's `donate_argnums`): a jit inside a jit donates
-  # nothing, and the proof would hold each step's old state beside its new
-  # (flax nlp_seq at its default size: 18.2 GB peak without).
-  adapted, donates = [], []
-
-  def donation(*args):  # the written jit's own donate_argnums, traced
-    donates.append(0 in getattr(global_step, "trace", lambda *a: (
-        types.SimpleNamespace(donate_argnums=())))(*args).donate_argnums)
+  # One program (the harness times a step, not Python around one), which
+  # donates the state where the written step does (at any depth: a jit in a
+  # jit donates nothing, and the proof held each step's old state beside
+  # its new, 18.2 GB peak for flax nlp_seq at its default size).
+  adapted = []
 
   def run(state, batch):
     if not adapted:
-      jax.eval_shape(lambda s, b: handed(s, b, call=donation), state,
-                     batch)
-      adapted.append(jax.jit(step, donate_argnums=(0,) if (
-          state_in is None and donates[0]) else ()))
+      donated = state_in is None and _donates(
+          jax.make_jaxpr(handed)(state, batch).jaxpr)
+      adapted.append(jax.jit(step, donate_argnums=(0,) if donated else ()))
     return adapted[0](state, batch)
 
   # What the report counts: the written step's collectives and bytes, not
@@ -303,6 +296,14 @@ def _on_global_mesh(global_step, axes: dict, size: int, mesh=None):
   run.lower_each = lambda state, batch: [jax.jit(handed).lower(state,
                                                                batch)]
   return run
+
+
+def _donates(jaxpr) -> bool:
+  """Whether a jit called in `jaxpr`, at any depth, donates an argument."""
+  return any(any(eqn.params.get("donated_invars", ())) or any(
+      hasattr(j, "eqns") and _donates(j)
+      for j in (getattr(v, "jaxpr", v) for v in eqn.params.values()))
+             for eqn in jaxpr.eqns)
 
 
 def _with_layout(port, rewritten):
