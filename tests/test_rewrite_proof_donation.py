@@ -4,7 +4,8 @@ The proof adapts the written global step to the Port's layout inside a jit
 of its own (`rewrite_proof._on_global_mesh`), and a jit inside a jit
 donates nothing: where the written step donates its state, the adapter
 must too, or the proof holds each step's old state beside its new (flax
-nlp_seq at its default size: 18.2 GB peak without, 14.2 GB with).
+nlp_seq at its default size, 24M parameters: 18.2 and 18.7 GB
+peak in two runs without, 14.2 and 14.6 GB with).
 """
 
 import jax
