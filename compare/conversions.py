@@ -30,7 +30,7 @@ def replicate(tree, devices):
     row = (x if isinstance(x, jax.Array) else np.asarray(x))[None]
     return jax.make_array_from_single_device_arrays(
         (len(devices), *row.shape[1:]), sharding,
-        [jax.device_put(row, device) for device in devices])
+        [jax.device_put(row, device, may_alias=False) for device in devices])
   return jax.tree.map(stacked, tree)
 
 
