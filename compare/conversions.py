@@ -28,6 +28,8 @@ def replicate(tree, devices):
 
   def stacked(x):
     row = (x if isinstance(x, jax.Array) else np.asarray(x))[None]
+    # Each device owns its copy: one numpy row put on 8 CPU devices came out
+    # as one buffer, which a donating step cannot take (docs/jax-facts.md).
     return jax.make_array_from_single_device_arrays(
         (len(devices), *row.shape[1:]), sharding,
         [jax.device_put(row, device, may_alias=False) for device in devices])
