@@ -28,12 +28,21 @@ def replicate(tree, devices):
 
   def stacked(x):
     row = (x if isinstance(x, jax.Array) else np.asarray(x))[None]
-    # Each device owns its copy: one numpy row put on 8 CPU devices came out
-    # as one buffer, which a donating step cannot take (docs/jax-facts.md).
-    return jax.make_array_from_single_device_arrays(
+    return _owned(jax.make_array_from_single_device_arrays(
         (len(devices), *row.shape[1:]), sharding,
-        [jax.device_put(row, device, may_alias=False) for device in devices])
+        [jax.device_put(row, device) for device in devices]))
   return jax.tree.map(stacked, tree)
+
+
+def _owned(array):
+  """`array` with a buffer of its own on each device.
+
+  On XLA:CPU `device_put` of a 64-byte aligned numpy array is zero-copy,
+  whatever `may_alias` says: every device's shard aliases the host's memory,
+  and a donating step cannot take it, so each step allocates (and faults in)
+  fresh outputs (docs/jax-facts.md). A device-to-device copy owns its buffer.
+  """
+  return jax.device_put(array, array.sharding, may_alias=False)
 
 
 def unreplicate(tree):
@@ -67,7 +76,7 @@ def _global(tree, sharding):
 def to_mesh(tree, mesh):
   """One logical copy of a host tree, replicated over `mesh` (`P()`), in
   one process or many (every process passes the same tree)."""
-  return _global(tree, NamedSharding(mesh, P()))
+  return jax.tree.map(_owned, _global(tree, NamedSharding(mesh, P())))
 
 
 def shard_batch(batch, mesh):

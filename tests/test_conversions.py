@@ -64,3 +64,36 @@ def test_bitwise_comparison_sees_a_difference_past_its_first_chunk():
   b[-1] = -0.0  # a sign bit, in the last chunk
   assert not equivalence.same_bits(a, b)
   assert not equivalence.trees_same_bits({"x": a}, {"x": b})
+
+
+def _aligned_ones(shape):
+  """Ones whose data starts on a 64-byte boundary: the numpy arrays XLA:CPU
+  places zero-copy (an allocator gives that alignment by chance)."""
+  size = int(np.prod(shape))
+  raw = np.ones(size + 16, np.float32)
+  start = (-raw.ctypes.data % 64) // raw.itemsize
+  aligned = raw[start:start + size].reshape(shape)
+  assert aligned.ctypes.data % 64 == 0
+  return aligned
+
+
+@pytest.mark.parametrize("place", ["replicate", "to_mesh"])
+def test_each_device_owns_its_buffer_so_a_donating_step_reuses_it(place):
+  # A zero-copy placement gave all 8 devices the host row's memory, and a
+  # donating step on it wrote fresh outputs (docs/jax-facts.md).
+  devices = jax.local_devices()
+  host = _aligned_ones((256, 512))
+  if place == "replicate":
+    placed = compare.replicate({"w": host}, devices)["w"]
+    step = jax.pmap(lambda x: x * 2, donate_argnums=0, devices=devices)
+  else:
+    placed = compare.to_mesh({"w": host}, jax.make_mesh((8,), ("b",)))["w"]
+    step = jax.jit(lambda x: x * 2, donate_argnums=0)
+  given = {s.data.unsafe_buffer_pointer() for s in placed.addressable_shards}
+  assert len(given) == len(devices)
+  assert host.ctypes.data not in given
+  out = step(placed)
+  assert placed.is_deleted()
+  assert {s.data.unsafe_buffer_pointer()
+          for s in out.addressable_shards} == given
+  assert np.array_equal(host, np.ones_like(host))
