@@ -54,8 +54,8 @@ def adapt_step(step: Callable, state_parts: int = 1,
   Returns:
     The step in the harness's shape. The outputs after the state's are the
     metrics: one is taken as it is (a scalar loss, a tuple or a dict); a
-    step that returns only its state reports no metrics, which the harness
-    refuses (it needs a loss).
+    step that returns only its state reports no metrics, and its state
+    alone is judged (JAX's SPMD MNIST example's `spmd_update`).
 
   Example:
     `compare.adapt_step(update, batch_keys=("xs", "ys"))` for the pmap

@@ -39,8 +39,10 @@ class Port:
       broadcast (the new style, `in_axes=None` with `out_axes=None` for
       the state, as flax's examples write it today): the harness finds
       which by tracing the step. `metrics` are a scalar loss, a tuple (the
-      loss first) or a dict with a `loss`, per device or not. A step of
-      another signature plugs in through `compare.adapt_step`.
+      loss first) or a dict with a `loss`, per device or not, or none at all
+      (`compare.adapt_step` of a step returning its state alone: the state
+      is judged). A step of another signature plugs in through
+      `compare.adapt_step`.
     port_step: its port, `(state, batch) -> (state, metrics)`, taking the
       state replicated on `mesh` and the batch split over it by rows; it
       reports the metrics pmap's step reports, and every one of them is

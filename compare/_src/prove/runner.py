@@ -4,10 +4,9 @@ All runs start from the same initial state and train in lockstep on the same
 host batches, beside calibration runs (the reference on the same batches
 with their rows in other orders: only float rounding changes). The largest
 parameter difference of every pair, and of the reference and each
-calibration run, is recorded at every step. Every run is checked for
-non-finite loss and parameters at every step; training stops at the first
-step where one blows up. Throughput is timed afterwards, interleaved across
-runs (`compare._src.measure.timing`).
+calibration run, is recorded at every step. A non-finite loss or state
+stops training at its step. Throughput is timed afterwards, interleaved
+across runs (`compare._src.measure.timing`).
 """
 
 import dataclasses
@@ -190,13 +189,14 @@ def _step(run, host_batch, i, n_devices, fetched):
   # Fetched once: the lockstep checks judge every metric of the step.
   run.step_metrics = run.module.metrics_to_host(metrics)
   run.since_eval.append(run_metrics.scalar_metrics(run.step_metrics))
-  run.losses.append(run.since_eval[-1]["loss"])
+  run.losses.extend(v for k, v in run.since_eval[-1].items() if k == "loss")
   run.host = host_copies.same_as_one_of(
       host_copies.of(run.module, run.state),
       [host for host, _ in fetched.values()])
   if id(run.host) not in fetched:  # a host state checked once
     fetched[id(run.host)] = run.host, equivalence.all_finite(run.host)
-  return np.isfinite(run.losses[-1]) and fetched[id(run.host)][1]
+  return (np.isfinite(run.since_eval[-1].get("loss", 0.0))
+          and fetched[id(run.host)][1])
 
 
 def _record_history(strategy, run, config, test_batch, step):
