@@ -6,7 +6,7 @@ For each input of tests/rewrite_inputs that `--global` writes a step for
 (the pmap tutorial, JAX's SPMD MNIST on a synthetic `datasets.mnist()`, the
 flax-examples-style script, a steps module, a stax steps module, a step
 factory, two programs written for many hosts): `python -m compare.rewrite
-FILE -o OUT --global [--prove PORT]`,
+FILE -o OUT --global [--prove PORT]` (MNIST: `--prove __main__`),
 then the written file read (lines before and after, lines added and removed
 by a diff, `_pmap_` names, `block_until_ready` calls it did not have) and,
 for a script, the original and the port run on 8 emulated CPU devices and
@@ -42,7 +42,9 @@ PORTS = "tests.rewrite_inputs"
 PROGRAMS = (
     ("tutorial_linear_regression", f"{PORTS}.rewrite_ports:tutorial_port",
      True),
-    ("jax_spmd_mnist", None, True),
+    # Its step is made under `if __name__ == "__main__":`: both files are
+    # run as scripts to be proved.
+    ("jax_spmd_mnist", "__main__", True),
     ("flax_style_train", f"{PORTS}.rewrite_ports:flax_style_port", True),
     ("steps_module", f"{PORTS}.steps_module_port:port", False),
     ("steps_module_stax", f"{PORTS}.steps_module_port:update_port", False),
@@ -135,7 +137,7 @@ def measure_one(name, port, script, folder: pathlib.Path) -> dict:
   target = folder / f"{name}_global.py"
   # The repository's file where a Port names it (its pmap_step is that
   # module's); the copy beside its data otherwise.
-  given = INPUTS / f"{name}.py" if port else source
+  given = INPUTS / f"{name}.py" if port not in (None, "__main__") else source
   done = _run(["-m", "compare.rewrite", str(given), "-o", str(target),
                "--global"] + (["--prove", port, "--steps", "3"]
                               if port else []), ROOT)

@@ -22,12 +22,14 @@ from shardport.launch import emulation
 from shardport.launch import options
 from compare._src.rewrite import global_calls
 from compare._src.rewrite import global_tidy
+from compare._src.rewrite import prove_flag
 from compare._src.rewrite import rewrite_file
 from compare._src.rewrite import rewrite_global
 from compare._src.rewrite import stacked_calls
 from compare._src.rewrite.rewrite_file import RewriteError
 
-EXIT_DONE, EXIT_PERSON, EXIT_USAGE, EXIT_CRASH = 0, 1, 2, 4
+EXIT_DONE, EXIT_PERSON = 0, 1
+EXIT_USAGE, EXIT_CRASH = prove_flag.EXIT_USAGE, prove_flag.EXIT_CRASH
 # A global step written without helpers waits for nothing: the program
 # needs no wait, its tests on emulated CPU devices may (docs/REWRITE.md).
 MESH = "on the module's mesh"
@@ -87,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
       "prove the rewrite: the team's compare.Port for the original program "
       "(or a function returning it), whose pmap_step is a pmap of INPUT.py "
       "(or jax.pmap of one of its functions); the rewritten step is proved "
-      "against it"))
+      "against it. --global --prove __main__: a step made under `if "
+      "__name__ == '__main__':`, proved by running both files as scripts"))
   parser.add_argument("--global", dest="global_step", action="store_true",
                       help="also the second step: the state placed once on "
                       "the mesh (P()), each batch one global array "
@@ -215,32 +218,6 @@ def _write(results, tree_root: pathlib.Path | None) -> None:
     raise
 
 
-def _load_port(spec: str):
-  """The Port `--prove` names, or RewriteError: before anything is written."""
-  from compare._src.prove import port as port_module  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  try:
-    return port_module.load(spec)
-  except port_module.PortError as err:
-    raise RewriteError(str(err).replace("--program", "--prove")) from None
-
-
-def _declared_step(port, source: pathlib.Path):
-  """The step of `source` whose layout the Port declares (its `pmap_step`,
-  or the step a `compare.adapt_step` adapts), as a
-  `rewrite_global.Declared`; None where `source` names neither."""
-  import dataclasses  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  from compare._src.rewrite import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  signature = getattr(port.pmap_step, "signature", None)
-  step = port if signature is None else dataclasses.replace(
-      port, pmap_step=signature.step)
-  name = rewrite_proof.original_name(step, source)
-  if name is not None:
-    return rewrite_global.Declared.of(name, signature)
-  line = rewrite_proof.local_pmap_line(step.pmap_step, source)
-  return None if line is None else rewrite_global.Declared.of(
-      f"the pmap of line {line}", signature, line)
-
-
 def report_lines(results, global_step: bool = False) -> list[str]:
   """The report: one line per finding, by file and line, then the counts
   (with `global_step`, no pointer to the step it already asked for)."""
@@ -310,7 +287,7 @@ def main(argv=None) -> int:
     print(f"compare.rewrite: {err}", file=sys.stderr)
     return EXIT_USAGE
   if distributed.is_worker(args):
-    return _prove_as_worker(args)
+    return prove_flag.prove_as_worker(args)
   if args.prove:
     # As `python -m compare` does: 8 emulated CPU devices unless XLA_FLAGS
     # sets a count (a 1-device mesh is refused: `compare.prove`).
@@ -327,9 +304,9 @@ def main(argv=None) -> int:
       raise RewriteError("--steps takes a positive count, with --prove")
     declared = None
     if args.prove:
-      port = _load_port(args.prove)
+      port = prove_flag.load_port(args.prove, args)
       if args.global_step:
-        declared = _declared_step(port, pairs[0][0])
+        declared = prove_flag.declared_step(port, pairs[0][0])
     results = _rewrite_all(pairs, tree=bool(args.in_tree),
                            global_step=args.global_step, declared=declared)
     _write(results, pathlib.Path(args.out_tree) if args.out_tree else None)
@@ -355,45 +332,10 @@ def main(argv=None) -> int:
         devices=args.devices or emulation.DEFAULT_DEVICES,
         coordinator=args.coordinator))
   elif port is not None:
-    code = max(code, _prove(port, pairs[0], args))
+    code = max(code, prove_flag.prove(port, pairs[0], args))
   elif not args.in_tree:
     print("to prove it: --prove PKG.MODULE:NAME, the compare.Port of the "
-          "original program (its pmap_step a pmap of this file)")
+          "original program (its pmap_step a pmap of this file); "
+          "--global --prove __main__ for a step made under `if __name__ == "
+          "'__main__':`")
   return code
-
-
-def _prove(port, pair, args) -> int:
-  """`--prove`: the proof's exit code, 2 for a Port that cannot be proved,
-  4 for a crash (the rewrite and its report are written by then)."""
-  from compare._src.rewrite import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  from compare._src.prove.port import PortError  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  try:
-    return rewrite_proof.prove(port, *pair, steps=args.steps,
-                               global_step=args.global_step)
-  except PortError as err:
-    print(f"compare.rewrite: {err}", file=sys.stderr)
-    return EXIT_USAGE
-  except Exception as err:  # pylint: disable=broad-except
-    print(f"compare.rewrite: the proof crashed: {type(err).__name__}: "
-          f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}"
-          " (the rewrite and its report are written)", file=sys.stderr)
-    return EXIT_CRASH
-
-
-def _prove_as_worker(args) -> int:
-  """One process of `--prove --processes P`: joins the job and proves the
-  port the launcher wrote (`-o`); process 0's report is the job's."""
-  distributed.die_with_launcher()
-  distributed.quiet_native_stdout()
-  emulation.set_cpu_device_count(args.devices)
-  try:
-    distributed.join(args)
-    pair = (pathlib.Path(args.input), pathlib.Path(args.output))
-    if not pair[1].is_file():
-      raise RewriteError(f"-o {pair[1]}: not written (a worker proves the "
-                         "port its launcher wrote)")
-    port = _load_port(args.prove)
-  except (RewriteError, options.UsageError) as err:
-    print(f"compare.rewrite: {err}", file=sys.stderr)
-    return EXIT_USAGE
-  return _prove(port, pair, args)

@@ -5,15 +5,15 @@ SPEC names the team's `compare.Port` for the original program (as
 rewritten file's pmaps (found by identity in the original module); the same
 name in the rewritten file is proved against it, through `compare.prove`,
 in place of the Port's own `port_step`. A pmap made inside a function
-(flax's nlp_seq builds `p_train_step` in `main`) has no name in the module:
-the Port's `pmap_step` is then a pmap of one of the file's functions (a
-`functools.partial` of it, as the file's own line), and the port is the
-rewritten file's one port of that function, its own text, built around the
-Port's function (`_port_of_local_pmap`). The Port's `port_step` may then be None:
-the rewrite supplies it. The rewrite keeps pmap's stacked
-layout, so the proved step takes the Port's layout (one state replicated on
-the mesh, the global batch split over it) and hands the rewritten step
-pmap's (`_on_mesh`).
+(flax's nlp_seq's `p_train_step`) has no name in the module: the Port's
+`pmap_step` is then a pmap of one of the file's functions (or a
+`functools.partial` of one), and the port is the rewritten file's one port
+of it, its own text around the Port's function (`_port_of_local_pmap`);
+the Port's `port_step` may be None. `script_proof` makes a Port of both
+files run as scripts (`--prove __main__`).
+The first step keeps pmap's stacked layout: the proved step takes the
+Port's (one state replicated on the mesh, the global batch split over it)
+and hands the rewritten step pmap's (`_on_mesh`).
 """
 
 import ast
@@ -137,12 +137,11 @@ def _helpers(target: pathlib.Path) -> dict:
   of the file (whose import may define flags, read data or train)."""
   import jax  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   import numpy as np  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  tree = ast.parse(target.read_text())
+  tree, namespace = ast.parse(target.read_text()), {
+      "functools": functools, "jax": jax, "np": np}
   helpers = [node for node in tree.body if isinstance(node, ast.FunctionDef)
              and node.name.startswith("_pmap_")]
-  namespace = {"functools": functools, "jax": jax, "np": np}
-  # The module's constants written as literals (`AXIS = "batch"`), which a
-  # pmap's line may name.
+  # Its literal constants (`AXIS = "batch"`), which a pmap's line may name.
   for node in tree.body:
     if (isinstance(node, ast.Assign) and len(node.targets) == 1
         and isinstance(node.targets[0], ast.Name)):
@@ -210,9 +209,7 @@ def _on_mesh(stacked_step, n_devices: int, broadcast: bool):
             jax.tree.map(lambda x: stacked(x, True), batch))
     return [written().lower(*args)]
 
-  def run(state, batch):
-    return adapted(state, batch)
-
+  run = functools.partial(adapted)  # a jit takes no attribute; a partial does
   run.lower_each = lower_each  # the engine compiles it to count, never runs
   return run
 
@@ -355,12 +352,14 @@ def _written_port(port, source: pathlib.Path, target: pathlib.Path):
 
 
 def prove(port, source: pathlib.Path, target: pathlib.Path,
-          steps: int | None = None, global_step: bool = False) -> int:
+          steps: int | None = None, global_step: bool = False,
+          written=None) -> int:
   """Proves the rewritten step against the Port's pmap_step; prints the
   report and returns the proof's exit code (2: it cannot be proved).
   `global_step`: the rewrite took the state placed once (`--global`), so
-  the port runs on the Port's own layout, no adapter."""
-  rewritten, axes, name = _written_port(port, source, target)
+  the port runs on the Port's own layout, no adapter. `written`: `(step,
+  axes, name)` of scripts' Port (`script_proof`), else read from `target`."""
+  rewritten, axes, name = written or _written_port(port, source, target)
   moved = None
   # A file that sets jax's mesh after its join: the Port's, while proved.
   mesh = port.mesh if global_joined.sets_mesh(target.read_text()) else None
@@ -369,9 +368,9 @@ def prove(port, source: pathlib.Path, target: pathlib.Path,
     proved = dataclasses.replace(port, port_step=_on_global_mesh(
         rewritten, axes, port.mesh.size, mesh))
     port_module.check(proved)
-    moved = (["what the global step moved: not measured for a step the "
-              "Port adapts (compare.adapt_step): its arguments are not the "
-              "Port's (state, batch)"]
+    moved = (["what the global step moved: not measured for a step "
+              "proved through compare.adapt_step (a Port's, or --prove "
+              "__main__'s): its arguments are not the Port's (state, batch)"]
              if hasattr(port.pmap_step, "signature")
              else _what_moved(port, source, target, rewritten, axes, mesh))
   else:
