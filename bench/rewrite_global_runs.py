@@ -107,7 +107,8 @@ def code_lines(text: str) -> int:
 def written(before: str, after: str, done, port) -> dict:
   """What `compare.rewrite --global` (its run `done`) wrote over `before`:
   lines, a diff's lines added and removed, `_pmap_` names, waits added,
-  pmaps rewritten, places left and `--prove`'s verdict."""
+  pmaps rewritten, places left, `--prove`'s verdict and the all-reduces a
+  step runs in its table."""
   diff = list(difflib.unified_diff(before.splitlines(), after.splitlines(),
                                    lineterm="", n=0))
   return {"diff": "\n".join(diff[2:]),
@@ -126,6 +127,11 @@ def written(before: str, after: str, done, port) -> dict:
                          - before.count("block_until_ready"),
           "prove": (re.findall(r"^verdict: (\w+)", done.stdout, re.M)
                     or ["-" if not port else "none"])[-1],
+          # The proof table's all-reduces a step runs (the column after
+          # ex/s, min-max and five more).
+          "prove_reduces": dict(re.findall(
+              r"^(pmap|port)\s+\S+\s+\S*\d-\d\S*(?:\s+\S+){4}\s+(\S+)",
+              done.stdout, re.M)),
           "left": len(re.findall(r": left: ", done.stdout))}
 
 
@@ -182,8 +188,15 @@ def table(rows) -> str:
         f"| {program} | {r['pmaps']} | {r['lines_before']} → "
         f"{r['lines_after']} (+{r['added']}, -{r['removed']}) | {net:+.0f} "
         f"| {r['pmap_names']} | {r['waits_added']} | {numbers} | "
-        f"{r['prove']} |")
+        f"{r['prove']}{_reduces(r.get('prove_reduces'))} |")
   return head + "\n" + "\n".join(body)
+
+
+def _reduces(counts) -> str:
+  """The proof's all-reduces per step, where its table counts them."""
+  shown = {k: v for k, v in (counts or {}).items() if v != "-"}
+  return ("; all-reduces: " + ", ".join(f"{k} {v}" for k, v in shown.items())
+          if shown else "")
 
 
 def measure(flax: pathlib.Path | None) -> dict:

@@ -30,19 +30,25 @@ def replicate(tree, devices):
     row = (x if isinstance(x, jax.Array) else np.asarray(x))[None]
     return _owned(jax.make_array_from_single_device_arrays(
         (len(devices), *row.shape[1:]), sharding,
-        [jax.device_put(row, device) for device in devices]))
+        [jax.device_put(row, device) for device in devices]), row)
   return jax.tree.map(stacked, tree)
 
 
-def _owned(array):
-  """`array` with a buffer of its own on each device.
+def _owned(array, host):
+  """`array`, copied where a device's buffer is `host`'s own memory.
 
   On XLA:CPU `device_put` of a 64-byte aligned numpy array is zero-copy,
   whatever `may_alias` says: every device's shard aliases the host's memory,
   and a donating step cannot take it, so each step allocates (and faults in)
-  fresh outputs (docs/jax-facts.md). A device-to-device copy owns its buffer.
+  fresh outputs (docs/jax-facts.md). A device-to-device copy owns its
+  buffer; an unaligned array was copied already (copying it again cost the
+  proof 250 MB of peak memory at 8M parameters).
   """
-  return jax.device_put(array, array.sharding, may_alias=False)
+  if isinstance(host, np.ndarray) and any(
+      shard.data.unsafe_buffer_pointer() == host.ctypes.data
+      for shard in array.addressable_shards):
+    return jax.device_put(array, array.sharding, may_alias=False)
+  return array
 
 
 def unreplicate(tree):
@@ -63,20 +69,22 @@ def split_batch(batch, n_devices: int):
       batch)
 
 
-def _global(tree, sharding):
+def _global(tree, sharding, owned: bool = False):
   """Host arrays (the same in every process) as global arrays: each
-  process places its own devices' pieces, so a mesh may span processes."""
+  process places its own devices' pieces, so a mesh may span processes.
+  `owned`: no device's buffer is the host's memory (`_owned`)."""
   def put(x):
     x = np.asarray(x)
-    return jax.make_array_from_callback(x.shape, sharding,
-                                        lambda index: x[index])
+    array = jax.make_array_from_callback(x.shape, sharding,
+                                         lambda index: x[index])
+    return _owned(array, x) if owned else array
   return jax.tree.map(put, jax.device_get(tree))
 
 
 def to_mesh(tree, mesh):
   """One logical copy of a host tree, replicated over `mesh` (`P()`), in
   one process or many (every process passes the same tree)."""
-  return jax.tree.map(_owned, _global(tree, NamedSharding(mesh, P())))
+  return _global(tree, NamedSharding(mesh, P()), owned=True)
 
 
 def shard_batch(batch, mesh):

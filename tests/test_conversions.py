@@ -66,23 +66,26 @@ def test_bitwise_comparison_sees_a_difference_past_its_first_chunk():
   assert not equivalence.trees_same_bits({"x": a}, {"x": b})
 
 
-def _aligned_ones(shape):
-  """Ones whose data starts on a 64-byte boundary: the numpy arrays XLA:CPU
-  places zero-copy (an allocator gives that alignment by chance)."""
+def _ones_at(shape, alignment):
+  """Ones whose data starts `alignment` bytes past a 64-byte boundary: at
+  0, the numpy arrays XLA:CPU places zero-copy (an allocator gives either
+  by chance)."""
   size = int(np.prod(shape))
-  raw = np.ones(size + 16, np.float32)
-  start = (-raw.ctypes.data % 64) // raw.itemsize
-  aligned = raw[start:start + size].reshape(shape)
-  assert aligned.ctypes.data % 64 == 0
-  return aligned
+  raw = np.ones(size + 32, np.float32)
+  start = (alignment - raw.ctypes.data) % 64 // raw.itemsize
+  ones = raw[start:start + size].reshape(shape)
+  assert ones.ctypes.data % 64 == alignment
+  return ones
 
 
+@pytest.mark.parametrize("alignment", [0, 16])
 @pytest.mark.parametrize("place", ["replicate", "to_mesh"])
-def test_each_device_owns_its_buffer_so_a_donating_step_reuses_it(place):
+def test_each_device_owns_its_buffer_so_a_donating_step_reuses_it(
+    place, alignment):
   # A zero-copy placement gave all 8 devices the host row's memory, and a
   # donating step on it wrote fresh outputs (docs/jax-facts.md).
   devices = jax.local_devices()
-  host = _aligned_ones((256, 512))
+  host = _ones_at((256, 512), alignment)
   if place == "replicate":
     placed = compare.replicate({"w": host}, devices)["w"]
     step = jax.pmap(lambda x: x * 2, donate_argnums=0, devices=devices)

@@ -47,6 +47,7 @@ examples:
   python -m compare.rewrite train.py -o train_port.py
   python -m compare.rewrite train.py -o train_port.py --prove my_team.prove:port
   python -m compare.rewrite train.py -o train_global.py --global
+  python -m compare.rewrite mnist.py -o mnist_global.py --global --prove __main__
   python -m compare.rewrite --in-tree src/ --out-tree src_port/
   python -m compare.rewrite train.py -o port.py --prove team.prove:port --processes 2 --devices 4
 
