@@ -137,6 +137,10 @@ def test_the_declared_global_step_is_proved(source, spec, tmp_path, capsys):
   assert "pmap(s) rewritten to global arrays" in out
   assert "port vs pmap             bitwise at every check" in out
   assert re.search(r"^verdict: pass \((\d+) of \1 leaves judged\)$", out, re.M)
+  # The table counts the written step's own all-reduce (one, as pmap's
+  # program runs), not the harness's averaging of its per-device loss.
+  port_row = re.search(r"^port(\s+\S+){10}$", out, re.M).group(0).split()
+  assert port_row[7] == "1", port_row
 
 
 def test_metrics_taken_as_one_copy_fail_the_proof(tmp_path, capsys):
