@@ -118,6 +118,16 @@ def test_a_script_that_calls_no_pmap_is_refused(tmp_path):
     script_proof.port_of_scripts(source, target, 2)
 
 
+def test_a_step_called_otherwise_is_refused_with_what_to_write(tmp_path):
+  source, target = _rewritten(tmp_path)
+  source.write_text(SCRIPT.replace(
+      "def update(w, batch):", "def update(w, batch, scale):").replace(
+          "w = update(w, (x, y))", "w = update(w, (x, y), np.ones(n))"))
+  with pytest.raises(PortError, match=r"called as step\(state, batch\); "
+                     "for another call, write the program's compare.Port"):
+    script_proof.port_of_scripts(source, target, 2)
+
+
 def test_mnist_as_written_is_proved_from_the_command_line(tmp_path):
   (tmp_path / "examples").mkdir()
   (tmp_path / "examples" / "__init__.py").write_text("")
