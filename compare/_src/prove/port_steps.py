@@ -82,9 +82,10 @@ def _abstract(tree, sharding=None):
 def _check_loss(metrics, what: str, shapes: tuple) -> None:
   """A scalar loss, or no metrics at all (a step that returns its state
   alone, as JAX's SPMD MNIST example does: the state is what is judged)."""
-  if not adapt.metrics_dict(metrics):
+  metrics = adapt.metrics_dict(metrics)
+  if not metrics:
     return
-  loss = adapt.metrics_dict(metrics).get("loss")
+  loss = metrics.get("loss")
   if loss is None or tuple(np.shape(loss)) not in shapes:
     raise PortError(f"{what} must return (state, metrics) with a scalar "
                     "loss (metrics['loss'], the metrics themselves, or the "

@@ -25,6 +25,7 @@ import sys
 import jax
 import numpy as np
 
+from compare import conversions
 from compare._src.prove import adapt
 from compare._src.prove import port as port_module
 from compare._src.rewrite import written_axes
@@ -92,9 +93,10 @@ class _Recorded:
           "--prove __main__ proves a step called as step(state, batch); "
           "for another call, write the program's compare.Port with "
           "compare.adapt_step and pass --prove PKG.MODULE:NAME")
-    if self.state is None:
-      self.state = jax.device_get(args[0])
-    self.batches.append(jax.device_get(args[1]))
+    if self.state is None:  # one copy, device 0's, owned (not a view)
+      self.state = jax.tree.map(np.array, conversions.unreplicate(
+          args[0]) if self.state_axis == 0 else jax.device_get(args[0]))
+    self.batches.append(jax.tree.map(np.array, jax.device_get(args[1])))
     return self.mapped(*args)
 
 
@@ -168,15 +170,13 @@ def port_of_scripts(source: pathlib.Path, target: pathlib.Path,
   layout."""
   recorded, name = _original(source, steps)
   written = adapt.adapt_step(_rewritten(target, name))
-  state = recorded.state if recorded.state_axis is None else jax.tree.map(
-      lambda x: x[0], recorded.state)
   batches = [_host(jax.tree.map(lambda x: np.reshape(
       x, (-1,) + np.shape(x)[2:]), b)) for b in recorded.batches]
   devices = jax.devices()
   mesh = jax.sharding.Mesh(np.array(sorted(
       devices, key=lambda d: d.process_index)), (recorded.axis_name,))
   port = port_module.Port(
-      name=f"{source.name}'s {name}", init=_host(state),
+      name=f"{source.name}'s {name}", init=_host(recorded.state),
       pmap_step=adapt.adapt_step(recorded.mapped), port_step=written,
       mesh=mesh, batches=batches, steps=len(batches))
   axes = written_axes.plain_axes(target.read_text(), name, None)
