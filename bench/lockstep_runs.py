@@ -11,7 +11,7 @@ Three groups, each a set of `python -m compare` runs (one timing window):
 - correct: correct ports over 1000 steps on digits, on random labels, on
   1, 2 and 8 devices, and the 16-member ensemble: none may fail;
 - cost: every strategy's default run (ten timing windows) with the checks
-  and without them (`runner.compare(check_every=None)`), twice each,
+  and without them (`outcome.compare(check_every=None)`), twice each,
   interleaved, in this process, after one warm-up run that is not timed.
 
 Every entry records its command, exit code, verdict, first failing step,
@@ -98,7 +98,7 @@ def _cost() -> dict:
   if jax.device_count() < 8:  # jax was imported before the count was set
     raise RuntimeError(f"the cost group needs 8 devices, jax has "
                        f"{jax.device_count()}: run it with --only cost")
-  from compare._src.prove import runner  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import outcome  # pylint: disable=g-import-not-at-top
   from shardport import strategies  # pylint: disable=g-import-not-at-top
   from shardport.workloads import datasets  # pylint: disable=g-import-not-at-top
   data = datasets.load("digits")
@@ -108,12 +108,12 @@ def _cost() -> dict:
     config = strategy.make_config({}, data)
     walls = {"with_checks_s": [], "without_checks_s": []}
     # Warm-up, not timed: the process's first compiles of this strategy.
-    runner.compare(strategy, config, data, 8, windows=DEFAULT_WINDOWS,
+    outcome.compare(strategy, config, data, 8, windows=DEFAULT_WINDOWS,
                    check_every=None)
     for _ in range(2):
       for key, every in (("with_checks_s", 1), ("without_checks_s", None)):
         start = time.perf_counter()
-        report = runner.compare(strategy, config, data, 8,
+        report = outcome.compare(strategy, config, data, 8,
                                 windows=DEFAULT_WINDOWS, check_every=every)
         walls[key].append(time.perf_counter() - start)
         if every:

@@ -73,3 +73,26 @@ def test_of_asks_the_module_for_its_view_else_its_copy():
 
   assert host_copies.of(Copying(), 1) == {"copied": 1}
   assert host_copies.of(Viewing(), 1) == {"viewed": 1}
+
+
+def test_a_planted_port_run_is_read_as_the_unplanted_one_is():
+  # A negative control replaces one function of a run; the run's own view
+  # (`host_view`: the state read on the devices, no host copy) stays, for
+  # every control a Port offers (a lost view copied through `to_host`).
+  from compare._src.prove import port as port_module  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import port_runs  # pylint: disable=g-import-not-at-top
+  from tests import toy_ports  # pylint: disable=g-import-not-at-top
+  port = toy_ports.port(steps=4, evaluate=lambda s: {"w0": 0.0})
+  strategy = port_runs.PortStrategy(port_module.check(port))
+  run = next(r.module for r in strategy.runs if r.name == "port")
+  state = run.create_state(0, strategy.config, run.make_placement(8))
+  names = [c.name for c in strategy.negative_controls]
+  assert "evaluation-1pct" in names
+  for name in names:
+    control = strategy.control(name if name == "evaluation-1pct"
+                               else f"{name}:2")
+    planted = control.plant(run, "port")
+    assert planted.host_view.__func__ is run.host_view.__func__, name
+    leaves = jax.tree.leaves(host_copies.of(planted, state))
+    assert leaves and all(isinstance(x, host_copies.DeviceLeaf)
+                          for x in leaves), name

@@ -10,7 +10,6 @@ import pytest
 from compare._src.prove import equivalence
 from compare._src.prove import leaf_bands
 from compare._src.prove import lockstep
-from compare._src.prove import runner
 from shardport import strategies
 from compare._src.prove import verdicts
 
@@ -255,27 +254,6 @@ def test_shared_accuracy_may_differ_by_one_test_example_only():
     return verdicts._shared_check(  # pylint: disable=protected-access
         shared, "a", "b", 100, ("test_accuracy",))["test_accuracy"]["within"]
   assert verdict(0.91) and not verdict(0.92)
-
-
-def test_calibration_band_is_the_largest_drift_of_its_runs():
-  curves = {"calibration": [1e-8, 4e-8, 1e-8],
-            "calibration_batch": [2e-8, 1e-8, 1e-8],
-            "calibration_seed1": [1e-8, 1e-8, 9e-8]}
-  calibrations = [runner.Run(name, None, "reference",
-                             perturbation=perturbation,
-                             summary={"test_loss": 1.0 + i,
-                                      "test_accuracy": 0.5},
-                             host={"params": {"w": np.full(2, i, np.float32)}})
-                  for i, (name, perturbation) in enumerate(
-                      runner.CALIBRATIONS.items())]
-  drift = {f"reference~{name}": curve for name, curve in curves.items()}
-  report = runner._calibration_report(  # pylint: disable=protected-access
-      strategies.get("data_parallel"), calibrations, drift)
-  assert report["drift_per_step"] == [2e-8, 4e-8, 9e-8]
-  assert [s["test_loss"] for s in report["summaries"]] == [1.0, 2.0, 3.0]
-  assert "across the whole batch" in (
-      report["samples"]["calibration_batch"]["perturbation"])
-  assert not drift  # every calibration curve moved into the report
 
 
 def test_metric_spread_is_the_widest_calibration_runs():

@@ -8,7 +8,6 @@ themselves never carry a bug.
 
 import contextlib
 import dataclasses
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -69,12 +68,27 @@ def chosen(controls, name: str, program: str) -> NegativeControl:
       f"{', '.join(c.name for c in controls)}")
 
 
+class _Planted:
+  """`module` with some functions replaced and every other attribute its
+  own: a run's optional members (`from_host`, a `Port` run's `host_view`,
+  which reads the state on the devices instead of copying it to the host)
+  stay what they were, so a planted run is read as the unplanted one is."""
+
+  def __init__(self, module, changed):
+    self._module, self._changed = module, changed
+
+  def __getattr__(self, name):
+    if name in self._changed:
+      return self._changed[name]
+    return getattr(self._module, name)
+
+
 def _with(module, **changed):
   """`module`'s strategy API with some functions replaced."""
-  kept = [*_API, *(name for name in protocol.OPTIONAL
-                   if hasattr(module, name))]
-  return types.SimpleNamespace(
-      **{**{name: getattr(module, name) for name in kept}, **changed})
+  unknown = set(changed) - set(_API)
+  if unknown:  # a plant changes only what every run has
+    raise TypeError(f"not a strategy API function: {sorted(unknown)}")
+  return _Planted(module, changed)
 
 
 def learning_rate_1pct(module, run):
@@ -167,22 +181,34 @@ def pmean_over(right: str, wrong: str):
   return plant
 
 
-def evaluation_1pct(module, run):
-  """The port's evaluation sums its test loss 1% high (a mean taken over
-  the wrong count): the states stay right, only the end-of-run check of
-  one shared state evaluated by each run sees it."""
-  del run
+def _evaluation_scaled(module, which):
+  """`module` whose evaluation's metrics `which(name)` picks are x 1.01."""
 
   def make_evaluate(config, placement):
     evaluate = module.make_evaluate(config, placement)
 
     def wrong(state, batch):
       sums = evaluate(state, batch)
-      return {k: v * 1.01 if "loss" in k else v for k, v in sums.items()}
+      return {k: v * 1.01 if which(k) else v for k, v in sums.items()}
 
     return wrong
 
   return _with(module, make_evaluate=make_evaluate)
+
+
+def evaluation_1pct(module, run):
+  """The port's evaluation sums its test loss 1% high (a mean taken over
+  the wrong count): the states stay right, only the end-of-run check of
+  one shared state evaluated by each run sees it."""
+  del run
+  return _evaluation_scaled(module, lambda name: "loss" in name)
+
+
+def evaluation_1pct_all(module, run):
+  """As `evaluation_1pct`, every metric (a team's evaluation names its
+  metrics as it likes: none may be called a loss)."""
+  del run
+  return _evaluation_scaled(module, lambda name: True)
 
 
 def members_mixed(module, run):

@@ -57,6 +57,13 @@ class Port:
     evaluate: optional test metrics of a host state (the program's own
       state), `state -> {name: float}`; at the end each run's final-state
       evaluation is compared on one shared state.
+    port_evaluate: optional: the port's own evaluation, where it has one
+      apart from pmap's (an eval step ported with the train step): the
+      same signature and metrics as `evaluate`, which it needs. At the end
+      pmap's side evaluates the shared final state with `evaluate` and the
+      port's side with `port_evaluate`, and every metric must agree to
+      rounding, so a mistake in the port's evaluation fails the proof.
+      Without it `evaluate` serves both sides.
     port_init: optional: the port's own initial state (or a function
       returning it), where the port builds its own (its `TrainState` with
       its own `tx` and schedule): its leaves must be those of `init`'s, and
@@ -79,6 +86,7 @@ class Port:
   reference_step: Callable | None = None
   evaluate: Callable[[Any], dict] | None = None
   port_init: Any = None
+  port_evaluate: Callable[[Any], dict] | None = None
 
 
 class Batches:
@@ -168,13 +176,23 @@ def in_harness_shape(port: Port, state, rest=None, port_rest=None) -> Port:
                               rest=rests[f])
            for f in ("pmap_step", "port_step", "reference_step")
            if getattr(port, f) is not None}
-  evaluate = port.evaluate
-  if evaluate is not None:
-    def evaluate(held):
-      tree = adapt.tree_of(held)
-      return port.evaluate(tree if rest is None
-                           else adapt.combine(tree, rest))
-  return dataclasses.replace(port, evaluate=evaluate, **steps)
+  evaluations = {field: _held_evaluation(getattr(port, field), given_rest)
+                 for field, given_rest in (("evaluate", rest),
+                                           ("port_evaluate", port_rest))}
+  return dataclasses.replace(port, **evaluations, **steps)
+
+
+def _held_evaluation(evaluate, rest):
+  """`evaluate` of a held state: the team's own on its tree, the leaves
+  that are not arrays (`rest`) joined again (None stays None)."""
+  if evaluate is None:
+    return None
+
+  def held_evaluate(held):
+    tree = adapt.tree_of(held)
+    return evaluate(tree if rest is None else adapt.combine(tree, rest))
+
+  return held_evaluate
 
 
 def _called(field, function, *args):
@@ -195,7 +213,7 @@ def _check_callables(port: Port) -> None:
     if not callable(getattr(port, field)):
       raise PortError(f"{field} is not callable "
                       f"(got {type(getattr(port, field)).__name__})")
-  for field in ("reference_step", "evaluate"):
+  for field in ("reference_step", "evaluate", "port_evaluate"):
     value = getattr(port, field)
     if value is not None and not callable(value):
       raise PortError(f"{field} is not callable (got "
@@ -204,6 +222,9 @@ def _check_callables(port: Port) -> None:
   if not isinstance(port.mesh, jax.sharding.Mesh):
     raise PortError(f"mesh: a jax.sharding.Mesh, got "
                     f"{type(port.mesh).__name__}")
+  if port.port_evaluate is not None and port.evaluate is None:
+    raise PortError("port_evaluate: give evaluate too (pmap's side's "
+                    "evaluation, which the port's is compared with)")
   if not callable(port.batches) and not isinstance(port.batches, Iterable):
     raise PortError("batches: a function of the step or an iterable, got "
                     f"{type(port.batches).__name__}")
@@ -258,7 +279,14 @@ def check(port: Port) -> Checked:
   rows = port_steps.check_batch(batch, port.mesh.size)
   layout = port_steps.check_steps(port, state, batch, port_state)
   if port.evaluate is not None:
-    _check_metrics(_called("evaluate", port.evaluate, state))
+    metrics = _check_metrics("evaluate",
+                             _called("evaluate", port.evaluate, state))
+  if port.port_evaluate is not None:
+    ported = _check_metrics("port_evaluate", _called(
+        "port_evaluate", port.port_evaluate, port_state))
+    if set(ported) != set(metrics):
+      raise PortError(f"port_evaluate returns {sorted(ported)} where "
+                      f"evaluate returns {sorted(metrics)}: the same metrics")
   return Checked(port, state, batches, rows, layout, port_state)
 
 
@@ -278,11 +306,12 @@ def _held_differently(port_state, state) -> str | None:
           "bool) are not init's; both sides' programs must hold them alike")
 
 
-def _check_metrics(metrics) -> None:
+def _check_metrics(field, metrics) -> dict:
   if not isinstance(metrics, dict) or not all(
       np.ndim(v) == 0 for v in metrics.values()):
-    raise PortError("evaluate must return a dict of scalar metrics, got "
+    raise PortError(f"{field} must return a dict of scalar metrics, got "
                     f"{type(metrics).__name__}")
+  return metrics
 
 
 def load(spec: str) -> Port:

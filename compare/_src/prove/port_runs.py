@@ -84,9 +84,13 @@ class _Run:
     """Metrics of the state fetched to the host (none: the train loss is
     judged instead)."""
     del config, placement
-    evaluate = self._port.evaluate
+    evaluate = self.evaluation()
     return lambda state, batch: ({} if evaluate is None else {
         k: float(v) for k, v in evaluate(self.host_state(state)).items()})
+
+  def evaluation(self):
+    """The Port's evaluation this run's side uses: pmap's (`evaluate`)."""
+    return self._port.evaluate
 
   def to_host(self, state):
     # Copies: on XLA:CPU a fetched array can be a view of the device's
@@ -182,6 +186,10 @@ class MeshRun(_Run):
   def put_batch(self, batch, placement):
     return conversions.shard_batch(batch, placement)
 
+  def evaluation(self):
+    """The port's own evaluation where it has one (`port_evaluate`)."""
+    return self._port.port_evaluate or self._port.evaluate
+
   def host_state(self, state):
     return jax.device_get(state)
 
@@ -206,6 +214,10 @@ class ReferenceRun(MeshRun):
   def put_batch(self, batch, placement):
     return jax.device_put(batch, placement.device)
 
+  def evaluation(self):
+    """The reference is pmap's program on one device: pmap's evaluation."""
+    return self._port.evaluate
+
 
 class PortStrategy:
   """A team's `Port` as the engine runs and judges a program
@@ -219,6 +231,10 @@ class PortStrategy:
   witness = "pmap"
   throughput_pair = ("pmap", "port")
   negative_controls = controls.late_controls()
+  # Where the Port evaluates: a mistake the end-of-run check must catch.
+  evaluation_control = controls.NegativeControl(
+      "evaluation-1pct", "every metric of the port's evaluation x 1.01 (a "
+      "mean over the wrong count)", controls.evaluation_1pct_all)
   tolerances = {"first_step": FIRST_STEP, "final": FINAL}
   lockstep_multiple = our_strategies.LOCKSTEP_MULTIPLE
   lockstep_reason = our_strategies.LOCKSTEP_REASON
@@ -254,6 +270,9 @@ class PortStrategy:
     self.judged_metrics = (("train_loss",) if port.evaluate is None else
                            tuple(port.evaluate(state)))
     self.config = PortConfig("team program", port.steps, checked.rows)
+    if port.evaluate is not None:
+      self.negative_controls = (*self.negative_controls,
+                                self.evaluation_control)
 
   def train_batches(self, config, data):
     del data

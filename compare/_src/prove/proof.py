@@ -175,12 +175,12 @@ def prove_strategy(strategy, config, data, n_devices: int, *, control=None,
     The `Proof`.
   """
   import jax  # pylint: disable=g-import-not-at-top
-  from compare._src.prove import runner  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import outcome  # pylint: disable=g-import-not-at-top
   control = _control(strategy, control, config.steps)
   precision, precision_fields = matmul_precision.for_proof(
       jax.devices()[0].platform)
   with precision:
-    result = runner.compare(strategy, config, data, n_devices,
+    result = outcome.compare(strategy, config, data, n_devices,
                             windows=windows, progress=progress,
                             control=control, check_every=check_every,
                             switch_at=switch_at)

@@ -25,17 +25,13 @@ from compare._src.prove import lockstep
 from compare._src.prove import progress as progress_lines
 from shardport.strategies import perturbations
 from compare._src.prove import switch
-from compare._src.measure import timing
 from compare._src.measure import utilisation
-from compare._src.prove import verdicts
 from shardport.strategies.reference import OneDevice
 from shardport.training import dispatch
 from shardport.training import metrics as run_metrics
 from shardport.training.metrics import global_devices
 from shardport.workloads import batches
-from shardport.workloads import digest
 
-_TIMING_BATCHES = 4
 CALIBRATIONS = perturbations.CALIBRATIONS
 
 
@@ -108,7 +104,7 @@ def _takes_host_local(run) -> bool:
   return jax.process_count() > 1 and run.module.STEP_TAKES_HOST_LOCAL
 
 
-def _rows(run, host_batch):
+def rows(run, host_batch):
   """What `run.module.put_batch` takes from a global host batch.
 
   Data-parallel programs read only this process's slice of it
@@ -126,7 +122,7 @@ def _evaluate(strategy, run, config, test_batch, state=None):
   """`run`'s own evaluation of its state (or of `state`, in its layout)."""
   return run_metrics.test_summary(strategy, run.module, config, run.evaluate(
       run.state if state is None else state,
-      run.module.put_batch(_rows(run, test_batch), run.placement)))
+      run.module.put_batch(rows(run, test_batch), run.placement)))
 
 
 def _runs(strategy, config, n_devices, control):
@@ -176,7 +172,7 @@ def _step(run, host_batch, i, n_devices, fetched):
   if run.perturbation is not None:
     host_batch = run.perturbation.batch(host_batch, i,
                                         global_devices(n_devices))
-  batch = run.module.put_batch(_rows(run, host_batch), run.placement)
+  batch = run.module.put_batch(rows(run, host_batch), run.placement)
   if i == 0 and run.same_as is not None:
     run.step = run.same_as.step  # compiled just before, in this step
   elif i == 0:
@@ -199,6 +195,32 @@ def _step(run, host_batch, i, n_devices, fetched):
           and fetched[id(run.host)][1])
 
 
+@dataclasses.dataclass
+class Trained:
+  """What the lockstep training found, for the verdicts and the report.
+
+  Attributes:
+    runs: every run, the calibration runs last.
+    pairs: the pairs that ran, `(a, b)` with `b` the nearer the truth.
+    drift: per pair (and the truth with each calibration run, `a~b`), the
+      largest params difference at each step.
+    diverged: `{run name: step}` for the runs that blew up or raised.
+    checks: the lockstep checks (`lockstep.Lockstep`).
+    raised: `{port run: (step, the error's first line)}` for a port's step
+      that raised.
+    first_steps: `equivalence.compare_pairs` of the first step (None where
+      no step completed).
+  """
+
+  runs: list
+  pairs: list
+  drift: dict
+  diverged: dict
+  checks: lockstep.Lockstep
+  raised: dict
+  first_steps: list | None
+
+
 def _record_history(strategy, run, config, test_batch, step):
   run.history.append(run_metrics.history_line(
       step, run.since_eval, _evaluate(strategy, run, config, test_batch)))
@@ -214,19 +236,14 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   run also steps from the reference's state (`compare._src.prove.lockstep`).
 
   Returns:
-    `(runs, pairs, drift, diverged, lockstep, raised, first_steps)`: the runs
-    (calibrations last), the pairs that ran, the per-step params difference
-    of every pair (and of the ground truth and each calibration run),
-    `{run name: step}` for the runs that blew up or raised, the lockstep
-    checks, `{port run: (step, the error's first line)}` for a port's
-    step that raised, and `equivalence.compare_pairs` of the first step.
+    What it found, as `Trained`.
   """
   runs = _setup(strategy, config, n_devices, control)
   names = {run.name for run in runs}
   pairs = [(a, b) for a, b in strategy.pairs if a in names and b in names]
   checks = lockstep.Lockstep(
       [run for run in runs if run.perturbation is None], pairs,
-      check_every, config.steps, n_devices, _rows,
+      check_every, config.steps, n_devices, rows,
       truth=strategy.truth, perturbation=strategy.lockstep_perturbation,
       port_runs=strategy.port_runs, witness=strategy.witness,
       multiple=strategy.lockstep_multiple)
@@ -285,115 +302,4 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   if not diverged:
     checks.evaluate_shared(config.steps, lambda run, state: _evaluate(
         strategy, run, config, test_batch, state))
-  return runs, pairs, drift, diverged, checks, raised, first_steps
-
-
-def measure_throughput(strategy, runs, config, data, windows: int):
-  """Interleaved examples/s of every run, from its final state (already
-  read: the compiled step is specialised to its pytree's metadata)."""
-  progress_lines.phase(f"timing: {windows} windows, the runs interleaved")
-  host_batches = strategy.timing_batches(config, data, _TIMING_BATCHES)
-  timed = []
-  for run in runs:
-    placed = [run.module.put_batch(_rows(run, b), run.placement)
-              for b in host_batches]
-    timed.append(timing.Timed(run.name, run.step, run.state, placed))
-  return timing.throughput(timed, config.global_batch, windows=windows)
-
-
-def _run_report(strategy, config, run, speed):
-  summary = {k: v for k, v in run.summary.items()
-             if k not in ("step", "train_loss", "train_accuracy")}
-  gflops = utilisation.achieved(run.compiled.get("flops_per_step"),
-                                speed["examples_per_s"], config.global_batch)
-  return {"variant": run.variant, **speed, "achieved_gflops": gflops,
-          "compile_s": run.compile_s,
-          "final_loss": run.losses[-1] if run.losses else float("nan"),
-          **summary,
-          "losses": run.losses,
-          **run.compiled, "history": run.history,
-          "state_digest": run.digest,
-          **strategy.run_fields(config, run.name, run.state)}
-
-
-def _calibration_report(strategy, calibrations, drift):
-  """The calibration runs, and their envelope: the largest drift per step
-  (None without any: a Port asks for them, `compare.prove`)."""
-  if not calibrations:
-    return None
-  samples = {run.name: {
-      "perturbation": run.perturbation.describe(),
-      "drift_per_step": drift.pop(f"{strategy.truth}~{run.name}"),
-      "summary": {k: run.summary.get(k) for k in strategy.judged_metrics},
-      "state_digest": digest.state_digest(run.host)} for run in calibrations}
-  curves = [s["drift_per_step"] for s in samples.values()]
-  return {"perturbation": strategy.calibration_summary(len(samples)),
-          "drift_per_step": [max(d) for d in zip(*curves)],
-          "summaries": [s["summary"] for s in samples.values()],
-          "samples": samples}
-
-
-def compare(strategy, config, data, n_devices: int, windows: int = 20,
-            progress: bool = False, control=None, switch_at=None,
-            check_every: int = 1) -> dict:
-  """Trains, checks and times every run; returns the report's fields."""
-  runs, pairs, drift, diverged, checks, raised, first_steps = train(
-      strategy, config, data, n_devices, progress, control, switch_at,
-      check_every)
-  checks = checks.report(strategy.lockstep_multiple,
-                         strategy.lockstep_reason)
-  calibrations = [run for run in runs if run.perturbation is not None]
-  runs = [run for run in runs if run.perturbation is None]
-  for run in runs:  # before the timing's steps donate the states read
-    run.digest = digest.state_digest(run.host)
-  by_name = {run.name: run for run in runs}
-  calibration_report = _calibration_report(strategy, calibrations, drift)
-  handed = (by_name[switch.SOURCE].handover if switch.SOURCE in by_name
-            else None)
-  # A port's step that raised stopped the runs at different steps: nothing
-  # to pair (the verdict names the raise).
-  results = [] if raised else verdicts.first_step(
-      strategy, pairs, None, checks if checks["checked_steps"] else None,
-      measured=first_steps)
-  del checks["judged"]  # the leaf bands, in the report as leaf_bands
-  if not raised:
-    results += verdicts.lockstep(strategy, checks)
-    results += verdicts.handover(handed)
-    results += verdicts.final(
-        strategy, pairs, {r.name: r.host for r in runs}, drift,
-        None if diverged else calibration_report,
-        {r.name: r.summary for r in runs},
-        strategy.test_size(data, global_devices(n_devices)),
-        checks.get("shared_eval"), config.steps)
-  # No windows: the proof alone, as a CI run needs it (issue 57: the proof
-  # within 1.5x the programs' own CPU time).
-  speeds = ({run.name: timing.not_timed() for run in runs}
-            if diverged or not windows
-            else measure_throughput(strategy, runs, config, data, windows))
-  report = {
-      "peak_gflops": (None if diverged or not windows
-                      else utilisation.peak_gflops()),
-      "runs": {run.name: _run_report(strategy, config, run, speeds[run.name])
-               for run in runs},
-      "calibration": calibration_report,
-      # What --switch-at handed over (compare._src.prove.switch), else None.
-      "switch": handed,
-      "truth": strategy.truth,
-      "calibration_change": strategy.calibration_change,
-      "throughput_pair": list(strategy.throughput_pair),
-      "lockstep": checks,
-      "skipped_runs": {r.name: strategy.why_skipped(config,
-                                                    global_devices(n_devices))
-                       for r in strategy.runs if r.name not in by_name},
-      "equivalence": results,
-      "verdict": verdicts.overall(results, diverged),
-      "first_failure": verdicts.first_failure(results)}
-  if diverged:
-    report["diverged_at"] = min(diverged.values())
-    report["diverged_runs"] = sorted(diverged)
-  if raised:
-    name, (step, error) = min(raised.items(), key=lambda kv: kv[1][0])
-    report.update(verdict="fail", raised=raised, first_failure=(
-        f"first at step {step}: {name}'s step raised where "
-        f"{strategy.truth}'s ran: {error}"))
-  return report
+  return Trained(runs, pairs, drift, diverged, checks, raised, first_steps)

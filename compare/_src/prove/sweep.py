@@ -10,7 +10,7 @@ real accelerators.
 import os
 
 from compare._src.prove import matmul_precision
-from compare._src.prove import runner
+from compare._src.prove import outcome
 
 
 def parse(text: str) -> tuple[int, ...]:
@@ -41,7 +41,7 @@ def run(strategy, config, data, device_counts, windows: int,
   import jax  # pylint: disable=g-import-not-at-top
   precision, fields = matmul_precision.for_proof(jax.devices()[0].platform)
   with precision:
-    points = [_point(runner.compare(strategy, config, data, n,
+    points = [_point(outcome.compare(strategy, config, data, n,
                                     windows=windows, control=control), n)
               for n in device_counts]
   verdicts = {p["verdict"] for p in points}
