@@ -81,10 +81,87 @@ def _global(tree, sharding, owned: bool = False):
   return jax.tree.map(put, jax.device_get(tree))
 
 
-def to_mesh(tree, mesh):
-  """One logical copy of a host tree, replicated over `mesh` (`P()`), in
-  one process or many (every process passes the same tree)."""
-  return _global(tree, NamedSharding(mesh, P()), owned=True)
+def to_mesh(tree, mesh, specs=None):
+  """One logical copy of a host tree on `mesh`, in one process or many
+  (every process passes the same tree).
+
+  Args:
+    tree: host arrays (numpy, or anything `jax.device_get` takes).
+    mesh: the mesh.
+    specs: how each leaf lies on the mesh: a `PartitionSpec`, or a pytree
+      of them shaped as `tree` or as a prefix of it (a whole subtree, e.g.
+      `opt_state`, under one spec), matched by key path, so a flax train
+      state built again (its `tx` another object) takes the specs made from
+      the first. None: every leaf replicated (`P()`).
+
+  Returns:
+    `tree` as global arrays, no device's buffer the host's memory.
+  """
+  if specs is None:
+    return _global(tree, NamedSharding(mesh, P()), owned=True)
+  tree = jax.device_get(tree)
+  return jax.tree.map(
+      lambda spec, x: _global(x, NamedSharding(mesh, spec), owned=True),
+      spec_per_leaf(specs, tree), tree, is_leaf=_is_spec)
+
+
+def abstract_on_mesh(tree, mesh, specs=None):
+  """`tree`'s shapes and dtypes as `to_mesh(tree, mesh, specs)` would place
+  them (`jax.ShapeDtypeStruct`s with their shardings), nothing placed.
+
+  Raises:
+    ValueError: `specs` leaves a leaf of `tree` without a spec, names an
+      axis `mesh` has not, or splits a dimension its axes do not divide.
+  """
+  def leaf(path, spec, x):
+    shape = np.shape(x)
+    try:
+      if len(spec) > len(shape):
+        raise ValueError(f"{spec} has more dimensions than its shape")
+      sharding = NamedSharding(mesh, spec)
+      sharding.shard_shape(shape)  # raises where the axes do not divide it
+    except ValueError as err:
+      raise ValueError(f"leaf {jax.tree_util.keystr(path)} {list(shape)}: "
+                       f"{str(err).strip().splitlines()[0]}") from err
+    return jax.ShapeDtypeStruct(shape, np.asarray(x).dtype, sharding=sharding)
+  return jax.tree_util.tree_map_with_path(
+      leaf, spec_per_leaf(P() if specs is None else specs, tree), tree,
+      is_leaf=_is_spec)
+
+
+def _is_spec(x) -> bool:
+  return isinstance(x, P)
+
+
+def spec_per_leaf(specs, tree):
+  """`specs` (a `PartitionSpec`, or a pytree of them shaped as `tree` or a
+  prefix of it) as one spec per leaf of `tree`, in `tree`'s structure:
+  each leaf takes the spec at the longest key path that leads to it.
+
+  Raises:
+    ValueError: a leaf no spec leads to, or a spec that is not one.
+  """
+  given = jax.tree_util.tree_flatten_with_path(specs, is_leaf=_is_spec)[0]
+  for path, spec in given:
+    if not _is_spec(spec):
+      where = jax.tree_util.keystr(path) or "the root"
+      raise ValueError(f"the spec at {where} is a {type(spec).__name__}, "
+                       "not a PartitionSpec")
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
+  out, used = [], set()
+  for path, _ in leaves:
+    found = [(len(p), i) for i, (p, _) in enumerate(given)
+             if tuple(path[:len(p)]) == p]
+    if not found:
+      raise ValueError(f"no spec for leaf {jax.tree_util.keystr(path)}")
+    chosen = max(found)[1]
+    used.add(chosen)
+    out.append(given[chosen][1])
+  for i, (path, _) in enumerate(given):
+    if i not in used:  # a misspelt key would leave its leaves replicated
+      raise ValueError(f"the spec at {jax.tree_util.keystr(path)} leads to "
+                       "no leaf")
+  return jax.tree.unflatten(treedef, out)
 
 
 def shard_batch(batch, mesh):

@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from compare import conversions
 from compare._src.prove import adapt
 from compare._src.prove import port_steps
 from compare._src.prove.port_steps import PortError
@@ -64,6 +65,16 @@ class Port:
       port's side with `port_evaluate`, and every metric must agree to
       rounding, so a mistake in the port's evaluation fails the proof.
       Without it `evaluate` serves both sides.
+    extra_ports: optional: more ports of the same program, by run name
+      (`{"jit": jit_step}` beside a shard_map `port_step`): each is a run
+      of its own, from the same state on the same batches, proved against
+      pmap (and the reference) as `port_step` is, and a negative control
+      is planted in every port.
+    port_specs: optional: how the port's state lies on `mesh`, a
+      `PartitionSpec` or a pytree of them whose structure is the state's
+      or a prefix of it (FSDP: each parameter split over the mesh; an
+      ensemble: members over it). The ports take and return their state so
+      placed. Without it the state is replicated (`P()`).
     port_init: optional: the port's own initial state (or a function
       returning it), where the port builds its own (its `TrainState` with
       its own `tx` and schedule): its leaves must be those of `init`'s, and
@@ -87,6 +98,8 @@ class Port:
   evaluate: Callable[[Any], dict] | None = None
   port_init: Any = None
   port_evaluate: Callable[[Any], dict] | None = None
+  extra_ports: dict[str, Callable] | None = None
+  port_specs: Any = None
 
 
 class Batches:
@@ -176,6 +189,13 @@ def in_harness_shape(port: Port, state, rest=None, port_rest=None) -> Port:
                               rest=rests[f])
            for f in ("pmap_step", "port_step", "reference_step")
            if getattr(port, f) is not None}
+  if port.extra_ports:
+    steps["extra_ports"] = {
+        name: adapt.held_step(step, compiled=True, rest=port_rest)
+        for name, step in port.extra_ports.items()}
+  if port.port_specs is not None:  # the team's tree is the held params
+    steps["port_specs"] = adapt.HeldState(
+        params=port.port_specs, opt_state=(), step=jax.sharding.PartitionSpec())
   evaluations = {field: _held_evaluation(getattr(port, field), given_rest)
                  for field, given_rest in (("evaluate", rest),
                                            ("port_evaluate", port_rest))}
@@ -222,6 +242,7 @@ def _check_callables(port: Port) -> None:
   if not isinstance(port.mesh, jax.sharding.Mesh):
     raise PortError(f"mesh: a jax.sharding.Mesh, got "
                     f"{type(port.mesh).__name__}")
+  _check_extra_ports(port.extra_ports)
   if port.port_evaluate is not None and port.evaluate is None:
     raise PortError("port_evaluate: give evaluate too (pmap's side's "
                     "evaluation, which the port's is compared with)")
@@ -234,6 +255,37 @@ def _check_callables(port: Port) -> None:
   if hasattr(port.batches, "__len__") and len(port.batches) < port.steps:
     raise PortError(f"batches: {len(port.batches)} batches for "
                     f"{port.steps} steps")
+
+
+# Run names the engine gives runs of its own (a Port's, the calibration's).
+RESERVED_RUNS = ("pmap", "port", "reference", "calibration")
+
+
+def _check_extra_ports(extra) -> None:
+  if extra is None:
+    return
+  if not isinstance(extra, dict):
+    raise PortError("extra_ports: a dict of run name -> step, got "
+                    f"{type(extra).__name__}")
+  for name, step in extra.items():
+    if (not isinstance(name, str) or not name.isidentifier()
+        or name.startswith(RESERVED_RUNS)):
+      raise PortError(f"extra_ports: run name {name!r}: a Python identifier "
+                      f"that does not start with {', '.join(RESERVED_RUNS)}")
+    if not callable(step):
+      raise PortError(f"extra_ports[{name!r}] is not callable (got "
+                      f"{type(step).__name__})")
+
+
+def _check_specs(port: Port, port_state) -> None:
+  """`port_specs` placeable: a prefix of the port's state, naming the
+  mesh's axes, dividing each dimension it splits."""
+  if port.port_specs is None:
+    return
+  try:
+    conversions.abstract_on_mesh(port_state, port.mesh, port.port_specs)
+  except (ValueError, TypeError) as err:
+    raise PortError(f"port_specs: {port_steps.one_line(err)}") from err
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,6 +326,7 @@ def check(port: Port) -> Checked:
     if problem:
       raise PortError(problem)
   port = in_harness_shape(port, state, rest, port_rest)
+  _check_specs(port, port_state)
   batches = Batches(port.batches)
   batch = _called("batches", batches, 0)
   rows = port_steps.check_batch(batch, port.mesh.size)

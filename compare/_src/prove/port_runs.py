@@ -181,7 +181,7 @@ class MeshRun(_Run):
     return self._port.mesh
 
   def place(self, state, placement):
-    return conversions.to_mesh(state, placement)
+    return conversions.to_mesh(state, placement, self._port.port_specs)
 
   def put_batch(self, batch, placement):
     return conversions.shard_batch(batch, placement)
@@ -227,7 +227,6 @@ class PortStrategy:
   truth of ours applies to a team's program)."""
 
   program = "port"
-  port_runs = ("port",)
   witness = "pmap"
   throughput_pair = ("pmap", "port")
   negative_controls = controls.late_controls()
@@ -251,17 +250,21 @@ class PortStrategy:
                    else perturbations.StateNudge)
     pmap = (PmapRun if checked.pmap_layout == port_steps.STACKED
             else BroadcastPmapRun)
+    ports = {"port": port.port_step, **(port.extra_ports or {})}
+    self.port_runs = tuple(ports)
     runs = [RunSpec("pmap", pmap(port, state, port.pmap_step), "pmap"),
-            RunSpec("port", MeshRun(port, checked.port_state,
-                                    port.port_step), "port")]
+            *(RunSpec(name, MeshRun(port, checked.port_state, step), name)
+              for name, step in ports.items())]
     if port.reference_step is not None:
       runs.append(RunSpec("reference", ReferenceRun(
           port, state, port.reference_step), "reference"))
       self.truth = "reference"  # the one device: no collective to get wrong
-      self.pairs = (("port", "pmap"), ("pmap", "reference"),
-                    ("port", "reference"))
+      self.pairs = (*((name, "pmap") for name in ports),
+                    ("pmap", "reference"),
+                    *((name, "reference") for name in ports))
     else:
-      self.truth, self.pairs = "pmap", (("port", "pmap"),)
+      self.truth = "pmap"
+      self.pairs = tuple((name, "pmap") for name in ports)
     self.runs = tuple(runs)
     self.calibration_change = (
         "its batch's floats nudged by one ulp"

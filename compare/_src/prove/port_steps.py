@@ -155,16 +155,20 @@ def check_steps(port: Any, state, batch, port_state=None) -> str:
   problem = tree_difference(pmap_state, state, "pmap_step's state",
                             "the initial state")
   port_state = state if port_state is None else port_state
-  on_mesh = _abstract(port_state, NamedSharding(port.mesh, P()))
+  on_mesh = conversions.abstract_on_mesh(port_state, port.mesh,
+                                         port.port_specs)
   rows = NamedSharding(port.mesh, P(port.mesh.axis_names))
-  port_out, metrics = _trace("port_step", port.port_step, on_mesh,
-                             _abstract(batch, rows))
-  _check_loss(metrics, "port_step", ((),))
-  problem = problem or tree_difference(port_out, pmap_state,
-                                       "port_step's state", "pmap_step's")
-  problem = problem or _static_difference(port_out, port_state, "port_step")
-  problem = problem or _same_metrics(metrics, pmap_metrics, "port_step",
-                                     "pmap_step")
+  ports = {"port_step": port.port_step,
+           **{f"extra_ports[{name!r}]": step
+              for name, step in (port.extra_ports or {}).items()}}
+  for field, step in ports.items():
+    port_out, metrics = _trace(field, step, on_mesh, _abstract(batch, rows))
+    _check_loss(metrics, field, ((),))
+    problem = problem or tree_difference(port_out, pmap_state,
+                                         f"{field}'s state", "pmap_step's")
+    problem = problem or _static_difference(port_out, port_state, field)
+    problem = problem or _same_metrics(metrics, pmap_metrics, field,
+                                       "pmap_step")
   if port.reference_step is not None and not problem:
     ref_state, metrics = _trace("reference_step", port.reference_step,
                                 _abstract(state), _abstract(batch))
