@@ -95,8 +95,7 @@ def from_pmap_checkpoint(saved, like):
 
   Args:
     saved: the checkpoint's tree as read without a target (e.g.
-      `ocp.StandardCheckpointer().restore(path)`, or
-      `flax.training.checkpoints.restore_checkpoint(path, None)`): nested
+      `ocp.StandardCheckpointer().restore(path)`, the case tested): nested
       dicts, lists or the original containers, leaves as saved (stacked
       `[n, ...]` or not, raw `uint32[2]` keys or typed).
     like: the port's state to restore into (e.g. its initial state): its

@@ -49,6 +49,13 @@ CALLS = {
         "  manager.wait_until_finished()\n"
         "  step, back = resume(manager, state)\n"
         "assert step == 2 and np.array_equal(back['w'], state['w'])\n"),
+    "MOVING-A-RUNNING-JOB.md#pmap-checkpoint": _MESH + (
+        "with tempfile.TemporaryDirectory() as workdir:\n"
+        "  old = pmap_program(workdir + '/ckpt', calls=1)\n"
+        "  new = restore_in_port(workdir + '/ckpt', mesh)\n"
+        "assert int(new.opt_state.mini_step) == 1 and new.rng.shape == ()\n"
+        "new, loss = port_step(mesh)(new, *batch(1))\n"
+        "assert int(new.opt_state.mini_step) == 2 and np.isfinite(loss)\n"),
     "MIGRATION.md#trap-gradient": _MESH + (
         "params = {'w': np.ones((3, 1), np.float32),\n"
         "          'b': np.zeros(1, np.float32)}\n"
