@@ -43,8 +43,10 @@ def _saved(tmp_path_factory):
   return recipe.pmap_program(path), path, mesh
 
 
-def _uninterrupted(mesh, calls=9):
-  """The port trained from the start without a checkpoint."""
+@pytest.fixture(scope="module", name="uninterrupted")
+def _uninterrupted(saved, calls=9):
+  """The port trained from the start without a checkpoint (9 calls)."""
+  mesh = saved[2]
   fresh = jax.device_put(recipe.make_state(jax.random.key(1)),
                          NamedSharding(mesh, P()))
   old = flax.jax_utils.replicate(recipe.make_state(jax.random.PRNGKey(1)))
@@ -57,7 +59,7 @@ def _first_copy(old, like):
       jax.tree.map(lambda x: x[0], _host(old))))
 
 
-def test_restored_mid_accumulation_continues_bitwise(saved):
+def test_restored_mid_accumulation_continues_bitwise(saved, uninterrupted):
   old, path, mesh = saved
   new = recipe.restore_in_port(path, mesh)
   assert jax.dtypes.issubdtype(new.rng.dtype, jax.dtypes.prng_key)
@@ -70,11 +72,12 @@ def test_restored_mid_accumulation_continues_bitwise(saved):
   # Bitwise against the port that never stopped. Against pmap, Adam's `mu`
   # at the second update is 1 ulp off with or without a checkpoint (XLA:CPU,
   # jax 0.10.2): the parameters, as checked here, are still bitwise.
-  assert _bitwise(new, _uninterrupted(mesh))
+  assert _bitwise(new, uninterrupted)
   assert _bitwise(new.params, _first_copy(old, new).params)
 
 
-def test_a_restore_that_drops_the_accumulation_is_caught(saved):
+def test_a_restore_that_drops_the_accumulation_is_caught(saved,
+                                                        uninterrupted):
   # Negative control: the restore as a careless one would do it (the
   # accumulated microbatches dropped) must end elsewhere.
   old, path, mesh = saved
@@ -83,7 +86,7 @@ def test_a_restore_that_drops_the_accumulation_is_caught(saved):
       mini_step=new.opt_state.mini_step * 0,
       acc_grads=jax.tree.map(lambda g: g * 0, new.opt_state.acc_grads)))
   _, dropped, _ = recipe.continue_both(old, dropped, mesh)
-  assert not _bitwise(dropped.params, _uninterrupted(mesh).params)
+  assert not _bitwise(dropped.params, uninterrupted.params)
 
 
 def test_bad_checkpoints_are_refused_naming_the_leaf():
