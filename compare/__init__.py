@@ -6,7 +6,10 @@ For a team's own program: describe it once as a `Port` and call `prove`
 `compare.testing.assert_port_equivalent` in CI); `adapt_step` plugs in a
 step of another signature (the pmap tutorial's `update(params, xs, ys)`).
 The conversions between pmap's layouts and a mesh's are here too
-(`replicate`, `split_batch`, `device_key`, ...).
+(`replicate`, `split_batch`, `device_key`, ...), and a pmap program's
+checkpoint restored into its port's state (`from_pmap_checkpoint`).
+`compare.checks` compares two states and counts a compiled step's
+collectives, as `prove` does.
 
 For our own programs: `python -m compare --strategy data_parallel|ensemble|
 accumulation`, through the same `prove`. Every strategy's runs (pmap, the
@@ -33,6 +36,7 @@ if typing.TYPE_CHECKING:  # the names, for type checkers and the guide
   from compare.conversions import to_devices
   from compare.conversions import to_mesh
   from compare.conversions import unreplicate
+  from compare.pmap_checkpoints import from_pmap_checkpoint
   from compare._src.prove.port import Port
   from compare._src.prove.port import PortError
   from compare._src.prove.proof import Proof
@@ -53,14 +57,15 @@ _PUBLIC = {
     "stacked_to_mesh": "compare.conversions",
     "to_devices": "compare.conversions",
     "device_key": "compare.conversions",
+    "from_pmap_checkpoint": "compare.pmap_checkpoints",
 }
 
-__all__ = [*_PUBLIC, "testing"]
+__all__ = [*_PUBLIC, "checks", "testing"]
 
 
 def __getattr__(name):
-  if name == "testing":
-    return importlib.import_module("compare.testing")
+  if name in ("checks", "testing"):
+    return importlib.import_module(f"compare.{name}")
   if name in _PUBLIC:
     return getattr(importlib.import_module(_PUBLIC[name]), name)
   raise AttributeError(f"module 'compare' has no attribute {name!r}")

@@ -20,6 +20,7 @@ files, and this script pulls them. Directives, in any template (each alone
 on its line):
 
     <!-- code: PATH#TAG -->            the region, as a python block
+    <!-- code: PATH#TAG+TAG -->        regions one after another, one block
     <!-- code: PATH::NAME -->          one def, class or assignment
     <!-- excerpt: REF -->              the same, marked as runnable only in
                                        its file (tests/test_snippets.py runs

@@ -18,11 +18,13 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 
+# region: donate-helper
 def make_step(mesh):
   """A step that returns its state split over `data`, donating it."""
   rows = NamedSharding(mesh, P("data"))
   return jax.jit(lambda state: state * 0.5, out_shardings=rows,
                  donate_argnums=0)
+# endregion
 
 
 # region: donate-wrong

@@ -58,7 +58,12 @@ def host_batch(step):
 
 
 # region: many-hosts-place
-def global_mesh():  # every process's devices, in process order; Auto
+def global_mesh():  # every process's devices; Auto
+  # In make_mesh's order: by physical topology (its docstring's TPU v3 ring
+  # is [0, 1, 2, 3, 6, 7, 4, 5]), not by process, so the global batch's row
+  # order is the mesh's. Where it must be the processes' rows in process
+  # order (a pmap run matched row for row), build
+  # Mesh(sorted(jax.devices(), key=lambda d: d.process_index), ...).
   return jax.make_mesh((jax.device_count(),), ("data",),
                        axis_types=(jax.sharding.AxisType.Auto,))
 

@@ -40,3 +40,48 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 N = jax.device_count()  # the devices the snippets spread over
 # endregion
+
+
+# region: many-hosts-imports
+import os  # XLA_FLAGS below: 8 emulated CPU devices, set before jax starts
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from jax.sharding import NamedSharding, PartitionSpec as P
+# endregion
+
+
+# region: beyond-imports
+import os  # XLA_FLAGS below: 8 emulated CPU devices, set before jax starts
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import jax
+import numpy as np
+from jax import lax
+from jax.sharding import PartitionSpec as P
+
+from sharded import devices  # the mesh's axis names: devices.AXIS
+from shardport.strategies import fsdp  # fsdp.shard_axis, below
+from shardport.strategies.fsdp import REPLICATED  # -1: a leaf not split
+# endregion
+
+
+# region: moving-imports
+import os  # XLA_FLAGS below: 8 emulated CPU devices, set before jax starts
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import tempfile
+
+import flax.jax_utils
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from flax.training import train_state
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import compare  # this repository's public API: compare.from_pmap_checkpoint
+# endregion

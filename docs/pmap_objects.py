@@ -21,9 +21,11 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 
+# region: objects-helper
 def step(x):
   """Each device's rows doubled, summed over the devices."""
   return jax.lax.psum(x * 2.0, "data")
+# endregion
 
 
 # region: objects-before

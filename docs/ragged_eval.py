@@ -20,9 +20,11 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 
+# region: ragged-helper
 def predict_one(params, x):
   """A linear model's logits for the rows of `x`."""
   return x @ params["w"] + params["b"]
+# endregion
 
 
 # region: ragged-before

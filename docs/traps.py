@@ -187,7 +187,7 @@ def loss_normalisation_trap() -> Outcome:
   def local_mean(p, x, y):  # averaged over the device's examples
     return jnp.mean((x @ p["w"] + p["b"] - y) ** 2)
 
-  def data_parallel_grad(loss_fn, n_devices):
+  def data_parallel_grad(loss_fn, n_devices, params, x, y):
     # pmean of per-device gradients: the global loss is sum / n_devices
     step = jax.pmap(lambda p, x, y: lax.pmean(jax.grad(loss_fn)(p, x, y), "d"),
                     axis_name="d", in_axes=(None, 0, 0),
@@ -198,8 +198,8 @@ def loss_normalisation_trap() -> Outcome:
   # endregion
   wrong, right = {}, {}
   for n in (2, 4, 8):
-    wrong[n] = data_parallel_grad(classic, n)
-    right[n] = data_parallel_grad(local_mean, n)
+    wrong[n] = data_parallel_grad(classic, n, params, x, y)
+    right[n] = data_parallel_grad(local_mean, n, params, x, y)
   expected = jax.grad(lambda p: jnp.mean((x @ p["w"] + p["b"] - y) ** 2))(
       params)
   return Outcome(wrong=wrong, right=right, expected=expected,

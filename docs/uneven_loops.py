@@ -21,6 +21,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 
+# region: uneven-helper
 def halvings(x):
   """How many halvings bring each of `x`'s values below 1, and the trips
   the loop ran: `(counts, trips)`."""
@@ -36,6 +37,7 @@ def halvings(x):
   start = (x, jnp.zeros(x.shape, jnp.int32), jnp.zeros((), jnp.int32))
   _, counts, trips = lax.while_loop(cond, body, start)
   return counts, trips
+# endregion
 
 
 # region: uneven-before

@@ -89,7 +89,8 @@ def make_train_step(config, placement, variant="shard_map"):
   # inside its backward pass (replicated params, batch-sharded rows), and
   # XLA:CPU has no pass that sums partial gradients before reducing them:
   # one all-reduce of K gradients (K x the bytes, K x the operands, each a
-  # rendezvous of every device), 0.6x the shard_map step. JAX's `reduced`
+  # rendezvous of every device), 0.6-0.7x the shard_map step (XLA:CPU, 8
+  # emulated devices, jax 0.10.2: docs/accumulation-notes.md). JAX's `reduced`
   # params would defer it, but 0.10.2 has no rule for convolutions. So the
   # per-device sums are spelled out; jit still places the one reduction
   # (docs/performance-notes.md).

@@ -124,8 +124,9 @@ def make_train_step(config, placement, variant="shard_map"):
     # The members stacked (vmapped), their batch split over `data`: the
     # compiler places the collectives. vmapped, `lax.conv` over the members'
     # kernels is a grouped convolution, which it gathers across the mesh (9
-    # all-gathers a step on XLA:CPU, ~8x slower than shard_map;
-    # `spmd_axis_name` changes none of it). Batch-grouped
+    # all-gathers a step on XLA:CPU, far slower than shard_map: the measured
+    # ratio is in docs/BEYOND-ONE-AXIS.md; `spmd_axis_name` changes none
+    # of it). Batch-grouped
     # ("jit_member_conv") it is split over `members` (docs/jax-facts.md).
     batch = lax.with_sharding_constraint(batch, NamedSharding(mesh, _DATA))
     return ensemble.stacked_train_step(state, batch, _HIDDEN_CONV[variant],

@@ -17,11 +17,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 # What the guide reads: the project's packages, its docs (both templates,
-# both documents, the measurements), tests and constraints; never virtual
-# environments, data or build outputs.
+# both documents, the measurements), tests and constraints, and the README
+# (the guide links its glossary); never virtual environments, data or build
+# outputs.
 _COPIED = ("legacy_pmap", "sharded", "compare", "shardport",
            "docs", "bench", "examples", "tests", "constraints",
            ".ci")
+_COPIED_FILES = ("README.md",)
 
 
 @pytest.fixture(name="copy")
@@ -33,6 +35,8 @@ def copy_of_the_repo(tmp_path):
     if (ROOT / name).is_dir():
       shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns(
           "__pycache__", "*.egg-info", ".pytest_cache", "*.png", "*.orbax*"))
+  for name in _COPIED_FILES:
+    shutil.copy(ROOT / name, root / name)
   return root
 
 

@@ -127,7 +127,8 @@ def test_launch_imports_no_jax():
 # compare's public face: `compare.__all__`'s names, the modules behind them
 # and the pytest plugin; the engine, measurement, presentation and our
 # strategies are `compare._src` (issue 30).
-COMPARE_PUBLIC = ["conversions", "pytest_plugin", "rewrite", "testing"]
+COMPARE_PUBLIC = ["checks", "conversions", "pmap_checkpoints", "pytest_plugin",
+                  "rewrite", "testing"]
 
 
 def _public_looking(package):

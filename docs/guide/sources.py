@@ -86,16 +86,20 @@ def source(root, ref):
     raise GuideError(f"no file {path}")
   text = file.read_text().rstrip("\n")
   if tag:
+    # `A+B`: the regions one after another, so a block that calls a helper
+    # shown once elsewhere on the page still runs pasted alone.
     found = regions(file)
-    if tag not in found:
-      raise GuideError(f"no region {tag!r} in {path}")
-    text = found[tag]
+    for one in tag.split("+"):
+      if one not in found:
+        raise GuideError(f"no region {one!r} in {path}")
+    text = "\n\n\n".join(found[one] for one in tag.split("+"))
   elif name:
     text = definition(file, name)
     if text is None:
       raise GuideError(f"no def, class or assignment {name} in "
                        f"{path}")
-  label = (f"`{path}`" + (f" (region `{tag}`)" if tag else "")
+  tags = " + ".join(f"`{one}`" for one in tag.split("+"))
+  label = (f"`{path}`" + (f" (region {tags})" if tag else "")
            + (f" `{name}`" if name else ""))
   return text, f"[{label}](../{path})"
 
