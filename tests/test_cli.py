@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from compare._src import cli
-from compare._src.prove import runner
+from compare._src.prove import outcome
 from shardport import strategies
 from shardport.strategies import tolerances
 
@@ -63,7 +63,7 @@ def test_a_differing_pair_exits_1(tmp_path, monkeypatch):
 def test_a_crash_leaves_no_json(tmp_path, monkeypatch, capsys):
   def boom(*args, **kwargs):
     raise RuntimeError("crash mid-run")
-  monkeypatch.setattr(runner, "compare", boom)
+  monkeypatch.setattr(outcome, "compare", boom)
   path = tmp_path / "out.json"
   assert cli.main(SMALL + ["--json", str(path)]) == cli.EXIT_CRASH
   assert not path.exists() and not list(tmp_path.iterdir())

@@ -17,7 +17,7 @@ import pytest
 from compare._src.prove import matmul_precision
 from compare._src.prove import proof
 from compare._src.prove import report as report_module
-from compare._src.prove import runner
+from compare._src.prove import outcome
 
 
 def _dot_hlo() -> str:
@@ -68,7 +68,7 @@ def test_every_compile_of_a_proof_runs_inside_the_context(monkeypatch):
                       lambda platform: (jax.default_matmul_precision(
                           "highest"), {"matmul_precision": "highest",
                                        "matmul_precision_note": "NOTE"}))
-  monkeypatch.setattr(runner, "compare", fake_compare)
+  monkeypatch.setattr(outcome, "compare", fake_compare)
   monkeypatch.setattr(report_module, "throughput_ratio", lambda full: None)
   strategy = types.SimpleNamespace(name="toy", loss_convention="mean",
                                    report_fields=lambda config: {})

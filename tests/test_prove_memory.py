@@ -201,14 +201,14 @@ def test_pmap_raising_is_still_a_crash():
 
 def test_the_crash_line_names_the_run_and_the_step(capsys, monkeypatch):
   from compare._src import cli  # pylint: disable=g-import-not-at-top
-  from compare._src.prove import runner  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import outcome  # pylint: disable=g-import-not-at-top
 
   def crash(*args, **kwargs):
     err = ValueError("planted")
     err.add_note("in pmap's step 2")  # as runner.train adds it
     raise err
 
-  monkeypatch.setattr(runner, "compare", crash)
+  monkeypatch.setattr(outcome, "compare", crash)
   assert cli.main(["--strategy", "data_parallel", "--workload", "linreg",
                    "--steps", "2", "--quiet"]) == cli.EXIT_CRASH
   assert capsys.readouterr().err.splitlines()[-1] == (
