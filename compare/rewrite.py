@@ -20,7 +20,7 @@ from compare._src.rewrite.rewrite_cli import main
 from compare._src.rewrite.rewrite_file import Rewrite
 from compare._src.rewrite.rewrite_file import RewriteError
 from compare._src.rewrite.rewrite_file import rewrite_source
-from compare._src.rewrite.rewrite_pmap import Finding
+from compare._src.rewrite.findings import Finding
 
 __all__ = ["Finding", "Rewrite", "RewriteError", "main", "rewrite_source"]
 

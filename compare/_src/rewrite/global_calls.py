@@ -34,7 +34,7 @@ from compare._src.rewrite.global_layouts_types import R
 from compare._src.rewrite.global_layouts_types import S
 
 PLACED = (R, B, "biter")
-CALLERS = "callers in other files: "  # how the report counts the notes
+CALLERS = "callers in other files: "  # the notes' words (Subject.PUBLIC)
 _LITERALS = (cst.Integer, cst.Float, cst.SimpleString)
 
 

@@ -1,6 +1,6 @@
 """The global step written without helpers (`global_written` says how).
 
-`PlainRewriter` is `rewrite_global.GlobalRewriter` with each step written
+`PlainRewriter` is `global_rewriter.GlobalRewriter` with each step written
 as `jax.jit(jax.shard_map(f, mesh=mesh, ...))` on one module-level mesh,
 placements naming module-level shardings, no `_pmap_*` helper. `plan`
 decides, before writing, whether a file can be written so and with what
@@ -18,11 +18,13 @@ from compare._src.rewrite import global_joined
 from compare._src.rewrite import global_keywords
 from compare._src.rewrite import global_written
 from compare._src.rewrite import pmap_arguments
-from compare._src.rewrite import rewrite_global
+from compare._src.rewrite import global_rewriter
 from compare._src.rewrite import rewrite_pmap
 from compare._src.rewrite import rewrite_file
 from compare._src.rewrite.global_layouts_types import B, R, S
-from compare._src.rewrite.rewrite_pmap import Finding
+from compare._src.rewrite.findings import Finding
+from compare._src.rewrite.findings import Kind
+from compare._src.rewrite.findings import Subject
 
 
 @dataclasses.dataclass
@@ -111,7 +113,7 @@ def _own_function(fun, loads) -> str | None:
   return None
 
 
-class PlainRewriter(rewrite_global.GlobalRewriter):
+class PlainRewriter(global_rewriter.GlobalRewriter):
   """`GlobalRewriter` writing each step on the module's mesh, no helper.
   `unplain` says why a step could not be written so (the caller then
   writes the file with the helpers)."""
@@ -134,7 +136,7 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
     # Named where two placements share it, written in place where one.
     self.shardings[kind] = self.shardings.get(kind, 0) + 1
     if self._plan.joined:  # on the mesh jax is set to
-      return rewrite_global._spec(kind, self._axis)  # pylint: disable=protected-access
+      return global_rewriter.spec(kind, self._axis)
     if kind in self._plan.inline:
       return (f"jax.NamedSharding({self._plan.names['mesh']}, "
               f"{rewrite_global._spec(kind, self._axis)})")  # pylint: disable=protected-access
@@ -157,7 +159,7 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
     donate = (self._code(named["donate_argnums"])
               if "donate_argnums" in named else None)
     self.changed += 1
-    self.findings.append(Finding(line, "changed", (
+    self.findings.append(Finding(line, Kind.CHANGED, (
         f"pmap over {axis} -> jax.jit(jax.shard_map(...)) on the "
         + ("mesh set after the join" if self._plan.joined else
            "module's mesh") + f": in_specs {in_code}, out_specs {out_code}, "
@@ -166,7 +168,8 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
         + (f"; called with keyword argument(s) {', '.join(keywords)}, "
            "which shard_map does not take: passed by position now, the "
            "step a lambda that names them, each with pmap's per-device view"
-           if keywords else ""))))
+           if keywords else "")), Subject.PMAP,
+        module_mesh=not self._plan.joined))
     stacked_args = [i for i, k in enumerate(self.kinds) if k == S]
     stacked_outs = ({None} if self.one_out and self.outs[0] == S else
                     {j for j, k in enumerate(self.outs) if k == S}
@@ -206,7 +209,7 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
     name = rewrite_pmap.dotted(original.func)
     if name in self._plan.keywords and isinstance(written, cst.Call):
       keywords = self._plan.keywords[name][1]
-      self.findings.append(Finding(self._line(original), "changed", (
+      self.findings.append(Finding(self._line(original), Kind.CHANGED, (
           f"{name}(..., {', '.join(f'{k}=' for k in keywords)}...) -> "
           f"{name}(..., {', '.join(keywords)}): shard_map takes no keyword "
           "argument; the step's lambda names them")))
@@ -215,7 +218,8 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
 
   def _viewed(self, line, stacked_args, stacked_outs):
     # The pmap's own finding says where pmap's view stays, and how.
-    self.findings[-1] = Finding(line, "changed", self.findings[-1].text + (
+    self.findings[-1] = dataclasses.replace(self.findings[-1], line=line, text=(
+        self.findings[-1].text +
         "; pmap's per-device view of its "
         + ", ".join([f"argument {i}" for i in stacked_args]
                     + [f"output {j}" if j is not None else "output"
@@ -297,7 +301,7 @@ def write(wrapper, module, first, steps, replace, axis, known, declared,
                                   writer.uses_functools)
     code, _ = global_joined.set_mesh_after_join(code, axis)
     line, _ = global_joined.where(source)
-    writer.findings.append(Finding(line, "changed", (
+    writer.findings.append(Finding(line, Kind.CHANGED, (
         "jax.set_mesh(Mesh(every process's devices)) after the join: the "
         "steps' shard_map name no mesh and the placements only a "
         "jax.P(...); a mesh built at import would start the backend before "

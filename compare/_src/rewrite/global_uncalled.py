@@ -16,7 +16,8 @@ import libcst as cst
 from libcst import metadata
 
 from compare._src.rewrite import rewrite_file
-from compare._src.rewrite.rewrite_pmap import Finding
+from compare._src.rewrite.findings import Finding
+from compare._src.rewrite.findings import Kind
 
 _MARK = "  # compare.rewrite: set aside, never called"
 
@@ -95,7 +96,7 @@ def restored(code: str, source: str, functions) -> str:
 
 def findings(functions, source: str) -> list[Finding]:
   lines = _pmap_lines(source)
-  return [Finding(node.lineno, "left", (
+  return [Finding(node.lineno, Kind.LEFT, (
       f"{node.name} is never called in this file: its pmap (line(s) "
       f"{[l for l in lines if node.lineno <= l <= node.end_lineno]}) is "
       "left as written (jax.pmap still runs on jax 0.10); delete the "

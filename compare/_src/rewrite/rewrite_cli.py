@@ -11,6 +11,7 @@ an output that cannot be written), with one line and nothing written.
 """
 
 import argparse
+import collections
 import os
 import pathlib
 import shutil
@@ -20,26 +21,24 @@ import tempfile
 from shardport.launch import distributed
 from shardport.launch import emulation
 from shardport.launch import options
-from compare._src.rewrite import global_calls
-from compare._src.rewrite import global_tidy
 from compare._src.rewrite import prove_flag
 from compare._src.rewrite import rewrite_file
 from compare._src.rewrite import rewrite_global
-from compare._src.rewrite import stacked_calls
+from compare._src.rewrite.findings import Kind
+from compare._src.rewrite.findings import Subject
 from compare._src.rewrite.rewrite_file import RewriteError
 
 EXIT_DONE, EXIT_PERSON = 0, 1
 EXIT_USAGE, EXIT_CRASH = prove_flag.EXIT_USAGE, prove_flag.EXIT_CRASH
 # A global step written without helpers waits for nothing: the program
 # needs no wait, its tests on emulated CPU devices may (docs/REWRITE.md).
-MESH = "on the module's mesh"
 CPU_WAIT = ("the written program waits for no step (no wait is needed on "
             "real devices): a test running it on emulated CPU devices waits "
             "for each step it does not read (jax.block_until_ready(out)): "
             "many steps with collectives queued unread can abort XLA:CPU's "
             "rendezvous, pmap's program too (docs/REWRITE.md#cpu-wait)")
-_KIND = {"changed": "changed", "person": "NEEDS A PERSON", "kept": "kept",
-         "left": "left"}
+_KIND = {Kind.CHANGED: "changed", Kind.PERSON: "NEEDS A PERSON",
+         Kind.KEPT: "kept", Kind.LEFT: "left"}
 
 
 _EPILOG = """\
@@ -222,33 +221,24 @@ def _write(results, tree_root: pathlib.Path | None) -> None:
 def report_lines(results, global_step: bool = False) -> list[str]:
   """The report: one line per finding, by file and line, then the counts
   (with `global_step`, no pointer to the step it already asked for)."""
-  lines, counts = [], {kind: 0 for kind in _KIND}
-  pmaps = placed = declared = public = removed = dead = 0
+  lines, counts = [], collections.Counter()
+  changed = collections.Counter()  # each subject's changes
   for source, target, rewrite in results:
     if rewrite is None:
       continue
     lines.append(f"{source} -> {target}")
     for finding in rewrite.findings:
       counts[finding.kind] += 1
-      if finding.kind == "changed":
-        if finding.text.startswith("pmap over"):
-          pmaps += 1
-        elif finding.text.startswith(stacked_calls.REMOVED):
-          removed += 1
-        elif finding.text.startswith(rewrite_global.DECLARED):
-          declared += 1
-        elif finding.text.startswith(global_calls.CALLERS):
-          public += 1
-        elif finding.text.startswith(global_tidy.DEAD_REMOVED):
-          dead += 1
-        elif not finding.text.startswith(rewrite_global.AXES):
-          placed += 1
+      if finding.kind == Kind.CHANGED:
+        changed[finding.subject] += 1
       lines.append(f"  {source}:{finding.line}: {_KIND[finding.kind]}: "
                    f"{finding.text}")
+  pmaps, removed = changed[Subject.PMAP], changed[Subject.REMOVED_CALL]
+  placed, declared = changed[Subject.CALL_SITE], changed[Subject.DECLARED]
+  public, dead = changed[Subject.PUBLIC], changed[Subject.DEAD]
   # A file the second step could not take holds the first step.
   first_only = sum(1 for _, _, rewrite in results if rewrite and any(
-      f.kind == "person" and "global step" in f.text
-      for f in rewrite.findings))
+      f.subject == Subject.NOT_GLOBAL for f in rewrite.findings))
   if placed or global_step:
     where = (f"({first_only} file(s) the first step only: the places "
              "above)" if first_only else "to global arrays")
@@ -265,8 +255,8 @@ def report_lines(results, global_step: bool = False) -> list[str]:
                     "global arrays (callers in other files: out of view)"
                     if public else "")
                  + (f", {dead} dead local name(s) removed" if dead else ""))
-    if any(f.text.startswith("pmap over") and MESH in f.text
-           for _, _, rewrite in results if rewrite for f in rewrite.findings):
+    if any(f.module_mesh for _, _, rewrite in results if rewrite
+           for f in rewrite.findings):
       lines.append(CPU_WAIT)
     return lines
   lines.append(f"{pmaps} pmap(s) rewritten, "

@@ -12,7 +12,8 @@ from libcst import metadata
 from compare._src.rewrite import rewrite_helpers
 from compare._src.rewrite import rewrite_pmap
 from compare._src.rewrite import stacked_calls
-from compare._src.rewrite.rewrite_pmap import Finding
+from compare._src.rewrite.findings import Finding
+from compare._src.rewrite.findings import Kind
 
 
 class RewriteError(ValueError):
@@ -36,7 +37,7 @@ class Rewrite:
 
   @property
   def needs_a_person(self) -> bool:
-    return any(f.kind == "person" for f in self.findings)
+    return any(f.kind == Kind.PERSON for f in self.findings)
 
 
 def pmap_aliases(module) -> set[str]:
@@ -151,11 +152,11 @@ def rewrite_source(source: str, path: str = "<string>") -> Rewrite:
   rewriter = rewrite_pmap.PmapRewriter(aliases, path)
   new = wrapper.visit(rewriter)
   findings = list(rewriter.findings)
-  seen = {f.line for f in findings if f.kind in ("changed", "person")}
-  findings += [Finding(line, "person", "jax.pmap used as a value (not "
+  seen = {f.line for f in findings if f.kind in (Kind.CHANGED, Kind.PERSON)}
+  findings += [Finding(line, Kind.PERSON, "jax.pmap used as a value (not "
                        "called or a decorator): rewrite it by hand")
                for line in sorted(set(references.lines) - seen)]
-  findings += [Finding(line, "person", "a function jax 0.10 removed, used "
+  findings += [Finding(line, Kind.PERSON, "a function jax 0.10 removed, used "
                        "as a value (not called): replace it by hand "
                        "(docs/MIGRATION.md#staged)")
                for line in sorted(set(references.removed) - seen)]

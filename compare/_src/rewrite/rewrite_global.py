@@ -26,185 +26,28 @@ step is written: the file gets the first step and the report names each
 place and why (exit 1).
 """
 
+import dataclasses
 
 import libcst as cst
 from libcst import metadata
 
 from compare._src.rewrite import first_step_undone
 from compare._src.rewrite import global_declared
-from compare._src.rewrite import global_idioms
 from compare._src.rewrite import global_layouts
+from compare._src.rewrite import global_plain
+from compare._src.rewrite import global_rewriter
 from compare._src.rewrite import global_tidy
 from compare._src.rewrite import global_uncalled
 from compare._src.rewrite import global_written
 from compare._src.rewrite import rewrite_file
 from compare._src.rewrite import rewrite_pmap
-from compare._src.rewrite.global_layouts import B, R
-from compare._src.rewrite.rewrite_pmap import Finding
+from compare._src.rewrite.findings import Finding
+from compare._src.rewrite.findings import Kind
+from compare._src.rewrite.findings import Subject
 
-_BATCH_AXIS = "batch-axis"
-AXES = "the pmaps name "
+AXES = "the pmaps name "  # several axes, each a mesh: no call site moved
 # The Port's declared layout (`--prove`), named here as before.
 Declared = global_declared.Declared
-DECLARED = global_declared.DECLARED  # several axes, each a mesh: no call site moved
-
-
-def _spec(kind, axis_code) -> str:
-  return "jax.P()" if kind == R else f"jax.P({axis_code})"
-
-
-class GlobalRewriter(rewrite_pmap.PmapRewriter):
-  """The first step's rewriter with each step's global layout, and the
-  placements and reads of the global step."""
-
-  def __init__(self, aliases, steps, replace, axis_code, known,
-               declared=None):
-    super().__init__(aliases)
-    self._steps = {s.line: s for s in steps.values()}
-    self._replace, self._axis, self._known = replace, axis_code, known
-    self._declared = declared
-    self.blockers = []  # found while writing: the global step is not taken
-
-  def _layout(self, line, in_axes, out_axes, axis):
-    step = self._steps[line]
-    given = (in_axes if isinstance(in_axes, tuple)
-             else (in_axes,) * len(step.args))
-    if step.name != self._declared:
-      # A value the program replicated or sharded, given to an argument
-      # pmap broadcasts: each device saw the whole stacked [devices, ...]
-      # array, which the global placement no longer is.
-      self.blockers += [global_layouts.Blocker(line, (
-          f"argument {i} of {step.name} is {kind} (made by a "
-          f"{'replicate' if kind == R else 'shard'} the second step "
-          "rewrites) but the pmap broadcasts it (in_axes=None): each device "
-          "saw the whole stacked [devices, ...] array; place it by hand"))
-                        for i, (axis_in, kind) in enumerate(zip(given,
-                                                                step.args))
-                        if axis_in is None and kind in (R, B)]
-    kinds = [None if axis_in is None else kind
-             for axis_in, kind in zip(given, step.args)]
-    stacked = [str(i) for i, k in enumerate(kinds) if k == global_layouts.S]
-    if stacked:
-      self.findings.append(Finding(line, "kept", (
-          f"{step.name}'s argument(s) {', '.join(stacked)} keep pmap's "
-          "stacked layout [devices, ...]: made by no replicate, shard or "
-          "prefetch_to_device the second step knows (a key per device stays "
-          "so; a state or batch stacked by hand is placed by hand: "
-          "docs/MIGRATION.md#idiom-map)")))
-    self.kinds = kinds  # the written step's specs (`global_plain`)
-    in_axes = tuple(None if k in (R, B, None) else 0 for k in kinds)
-    in_code = "(" + ", ".join(
-        "jax.P()" if k in (R, None) else f"jax.P({axis})" for k in kinds
-    ) + ("," if len(kinds) == 1 else "") + ")"
-    outs = step.outs if step.outs is not None else global_layouts.S
-    if isinstance(outs, list):
-      given = (out_axes if isinstance(out_axes, tuple)
-               else (out_axes,) * len(outs))
-      outs = [None if a is None else k for a, k in zip(given, outs)]
-      out_axes = tuple(None if k in (R, None) else 0 for k in outs)
-      out_code = "(" + ", ".join(
-          "jax.P()" if k in (R, None) else f"jax.P({axis})" for k in outs
-      ) + ("," if len(outs) == 1 else "") + ")"
-    else:
-      out_axes = None if outs == R or out_axes is None else 0
-      out_code = _spec(R if out_axes is None else B, axis)
-    self.outs = outs if isinstance(outs, list) else [
-        R if out_axes is None else global_layouts.S]
-    self.one_out = not isinstance(outs, list)
-    return in_axes, out_axes, in_code, out_code
-
-  def _said(self, kind) -> str:
-    """How the report names a placement's sharding of `kind`."""
-    return f"NamedSharding(mesh, P({'' if kind == R else self._axis}))"
-
-  def _sharding(self, kind) -> str:
-    """The code of the named sharding a placement of `kind` names."""
-    return (f"jax.NamedSharding(_pmap_mesh({self._axis}), "
-            f"{_spec(kind, self._axis)})")
-
-  def _placed(self, value, kind) -> cst.BaseExpression:
-    # A batch is each process's own rows of the global batch; device_put
-    # onto a sharding over every process's devices would take it as the
-    # whole batch (and check that every process passed the same).
-    sharding = self._sharding(kind)
-    code = global_idioms.code_of(value)
-    width = 79 - self._column
-    return cst.parse_expression(global_written.wrapped(
-        "jax.device_put", [code, sharding], "    ", width) if kind == R else
-        global_written.wrapped("jax.make_array_from_process_local_data",
-                               [sharding, code], "    ", width))
-
-  def leave_Call(self, original, updated):
-    line = self._line(original)
-    # Where the call starts: a placement written there stays in 79 columns.
-    self._column = self.get_metadata(metadata.PositionProvider,
-                                     original).start.column
-    name = rewrite_pmap.dotted(original.func)
-    if global_idioms.is_replicate_call(original, self._known):
-      self.findings.append(Finding(line, "changed", (
-          f"{name}(...) -> jax.device_put(..., {self._said(R)}): "
-          "the state placed once, no copy per device")))
-      tree = updated.args[1 if name in global_idioms.TREE_MAPS else 0].value
-      return self._placed(tree, R)
-    if global_idioms.is_shard_call(original, self._known):
-      self.findings.append(Finding(line, "changed", (
-          f"{name}(...) -> jax.make_array_from_process_local_data("
-          f"{self._said(B)}, ...): the global batch "
-          "(each process's rows), split over the mesh, no reshape to "
-          "[devices, ...]")))
-      return self._placed(updated.args[0].value, B)
-    if name.endswith("prefetch_to_device") and updated.args:
-      return self._prefetched(name, line, updated.args[0].value)
-    if id(original) in self._replace:
-      self.findings.append(Finding(line, "changed", (
-          f"{name}(...) of a replicated value -> the value itself")))
-      return self._inner(original)
-    return super().leave_Call(original, updated)
-
-  def leave_Subscript(self, original, updated):
-    # `loss[0]` of a value the step reduced over the axis, now `P()`.
-    if id(original) in self._replace:
-      self.findings.append(Finding(self._line(original), "changed", (
-          f"{global_idioms.code_of(original)} of a value the step reduces "
-          "over the axis (one value now, P()) -> "
-          f"{global_idioms.code_of(self._replace[id(original)])}")))
-      return self._inner(original)
-    return updated
-
-  def _prefetched(self, name, line, source):
-    """`prefetch_to_device(source, n)` as a generator of global batches:
-    `map(common_utils.shard, it)`'s `it` placed as it is; batches stacked
-    elsewhere (flax imagenet's `prepare_tf_data`) unstacked first, their
-    leading two axes merged, so each device holds pmap's rows."""
-    sharding = self._sharding(B)
-    if (isinstance(source, cst.Call) and rewrite_pmap.dotted(source.func)
-        == "map" and len(source.args) == 2 and rewrite_pmap.dotted(
-            source.args[0].value).endswith("common_utils.shard")):
-      self.findings.append(Finding(line, "changed", (
-          f"{name}(map(shard, ...)) -> each global batch placed with "
-          f"{self._said(B)} as it is read")))
-      return _generator(sharding, "_batch",
-                        global_idioms.code_of(source.args[1].value))
-    self.findings.append(Finding(line, "changed", (
-        f"{name}(...) of batches stacked [devices, b, ...] -> each batch "
-        f"merged to [devices * b, ...] (the same rows on each device) and "
-        f"placed with {self._said(B)} as it is read")))
-    return _generator(sharding, "jax.tree.map(lambda _x: _x.reshape((-1,) + "
-                      "_x.shape[2:]), _batch)", global_idioms.code_of(source))
-
-  def _inner(self, original):
-    # The replaced node's inside, as rewritten (a read holds no pmap).
-    return self._replace[id(original)].deep_clone()
-
-
-def _generator(sharding, batch, source) -> cst.BaseExpression:
-  """The global batches of `source`, each `batch` placed as it is read."""
-  head = "jax.make_array_from_process_local_data"
-  one = f"({head}({sharding}, {batch}) for _batch in {source})"
-  if len(one) <= 66:
-    return cst.parse_expression(one)
-  return cst.parse_expression("(\n    " + global_written.wrapped(
-      head, [sharding, batch], "        ", 72) + f"\n    for _batch in {source})")
 
 
 def _axis_of(module, aliases, line, path):
@@ -229,12 +72,12 @@ def _axis_of(module, aliases, line, path):
   axis = max(sorted(axes), key=named.count)
   if len(axes) == 1:
     return f"\"{axis}\"", [], []
-  return f"\"{axis}\"", [], [Finding(line, "changed", (
+  return f"\"{axis}\"", [], [Finding(line, Kind.CHANGED, (
       f"{AXES}{len(axes)} axes ({sorted(axes)}"
       + ("; 'devices' is a pmap's that names none" if reader.unnamed
          else "") + "), none inside another: each step a 1-D mesh of the "
       f"local devices named as its pmap's axis; placements on '{axis}''s "
-      "(the same devices, in the same order)"))]
+      "(the same devices, in the same order)"), Subject.AXES)]
 
 
 # Where a place names no page of the guide, the one a person follows to
@@ -242,11 +85,18 @@ def _axis_of(module, aliases, line, path):
 _BY_HAND = "docs/MIGRATION.md#idiom-map"
 
 
-def _place(text: str) -> str:
+def _place(blocker) -> Finding:
   """A place's finding: why, and the guide's page for it."""
+  text = blocker.text
   if "docs/" not in text:
     text += f" ({_BY_HAND})"
-  return f"global step not written: {text}"
+  return Finding(blocker.line, Kind.PERSON,
+                 f"global step not written: {text}", Subject.NOT_GLOBAL)
+
+
+def _refused(rewrite) -> bool:
+  """Whether the global step was not written (the file holds the first)."""
+  return any(f.subject == Subject.NOT_GLOBAL for f in rewrite.findings)
 
 
 def rewrite_global_source(source: str, path: str = "<string>",
@@ -275,11 +125,10 @@ def rewrite_global_source(source: str, path: str = "<string>",
     both = rewrite_global_source(read_back, path, declared)
     line = first_step_undone.line_of(source, read_back)
     return rewrite_file.Rewrite(both.code, tuple(
-        Finding(line(f.line), f.kind, f.text) for f in both.findings),
+        dataclasses.replace(f, line=line(f.line)) for f in both.findings),
                                 both.ports)
   whole = _both_steps(source, path, declared)
-  if not any(f.kind == "person" and "global step" in f.text
-             for f in whole.findings):
+  if not _refused(whole):
     return whole
   # Refused: each function never called that holds a pmap, set aside in
   # turn, where that alone lets the rest take the second step.
@@ -289,8 +138,7 @@ def rewrite_global_source(source: str, path: str = "<string>",
                          declared)
     except rewrite_file.RewriteError:
       continue
-    if not any(f.kind == "person" and "global step" in f.text
-               for f in rest.findings):
+    if not _refused(rest):
       return rewrite_file.Rewrite(
           global_uncalled.restored(rest.code, source, [function]),
           tuple(sorted(rest.findings + tuple(global_uncalled.findings(
@@ -303,14 +151,15 @@ def _both_steps(source, path, declared) -> rewrite_file.Rewrite:
   first = rewrite_file.rewrite_source(source, path)
   if first.needs_a_person:
     return rewrite_file.Rewrite(first.code, first.findings + (Finding(
-        min(f.line for f in first.findings if f.kind == "person"), "person",
-        "the global step needs every pmap rewritten first: written is the "
-        "first step"),), first.ports)
+        min(f.line for f in first.findings if f.kind == Kind.PERSON),
+        Kind.PERSON, "the global step needs every pmap rewritten first: "
+        "written is the first step", Subject.NOT_GLOBAL),), first.ports)
   if not first.ports:  # only calls jax 0.10 removed: their pmap is elsewhere
     return rewrite_file.Rewrite(first.code, first.findings + tuple(
-        Finding(f.line, "person", _place(
+        _place(global_layouts.Blocker(f.line, (
             "no pmap in this file takes what this call places; move it with "
-            "the step that does (docs/MIGRATION.md#staged)")) for f in first.findings if f.kind == "kept"),
+            "the step that does (docs/MIGRATION.md#staged)")))
+        for f in first.findings if f.kind == Kind.KEPT),
                                 first.ports)
   module = cst.parse_module(source)
   aliases = rewrite_file.pmap_aliases(module)
@@ -366,9 +215,7 @@ def _both_steps(source, path, declared) -> rewrite_file.Rewrite:
         "team's compare.Port: docs/REWRITE.md#declared)")))
   if blockers:
     return rewrite_file.Rewrite(first.code, first.findings + tuple(
-        Finding(b.line, "person", _place(b.text))
-        for b in blockers), first.ports)
-  from compare._src.rewrite import global_plain  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+        _place(b) for b in blockers), first.ports)
   written = global_plain.write(wrapper, module, first, steps, replace, axis,
                               known, declared, len(axes_finding), source,
                               aliases)
@@ -377,23 +224,24 @@ def _both_steps(source, path, declared) -> rewrite_file.Rewrite:
     code, removed = global_tidy.tidied(source, code)
     return rewrite_file.Rewrite(code, tuple(sorted(
         writer.findings + declared_findings + axes_finding + [
-            Finding(line, "changed", text) for line, text in notes]
+            Finding(line, Kind.CHANGED, text, Subject.PUBLIC)
+            for line, text in notes]
         + removed + global_tidy.findings(source, code, writer.ports, wrapper),
         key=lambda f: f.line)), tuple(writer.ports))
   if isinstance(written, str):  # the helpers stay: why
     declared_findings.append(Finding(min(p.line for p in first.ports),
-                                     "kept", written))
-  writer = GlobalRewriter(aliases, steps, replace, axis, known,
+                                     Kind.KEPT, written))
+  writer = global_rewriter.GlobalRewriter(aliases, steps, replace, axis, known,
                           declared and declared.name)
   new = wrapper.visit(writer)
   if writer.blockers:
     return rewrite_file.Rewrite(first.code, first.findings + tuple(
-        Finding(b.line, "person", _place(b.text))
-        for b in writer.blockers), first.ports)
+        _place(b) for b in writer.blockers), first.ports)
   return rewrite_file.Rewrite(
       rewrite_file.with_imports(new.code, module, writer.uses_static,
                                 writer.uses_put),
       tuple(sorted(writer.findings + declared_findings + axes_finding + [
-          Finding(line, "changed", text) for line, text in notes],
+          Finding(line, Kind.CHANGED, text, Subject.PUBLIC)
+            for line, text in notes],
                    key=lambda f: f.line)),
       tuple(writer.ports))

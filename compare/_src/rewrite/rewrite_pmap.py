@@ -33,6 +33,9 @@ from libcst import metadata
 
 from compare._src.rewrite import pmap_arguments
 from compare._src.rewrite import stacked_calls
+from compare._src.rewrite.findings import Finding
+from compare._src.rewrite.findings import Kind
+from compare._src.rewrite.findings import Subject
 
 # Collectives whose axis must be one a pmap of this file names.
 _COLLECTIVES = ("pmean", "psum", "pmax", "pmin", "all_gather", "axis_index",
@@ -58,22 +61,6 @@ class Port:
   line: int
   fun_code: str
   template: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-  """One line of the report.
-
-  Attributes:
-    line: the line in the input file.
-    kind: "changed", "person" (left as written: it needs a person) or
-      "kept" (pmap's stacked layout kept at a call site; the next step).
-    text: what was done, or why not.
-  """
-
-  line: int
-  kind: str
-  text: str
 
 
 def dotted(node) -> str:
@@ -136,13 +123,13 @@ class PmapRewriter(cst.CSTTransformer):
     named = {}
     for i, arg in enumerate(args):
       if arg.star:
-        self.findings.append(Finding(line, "person", "pmap's arguments "
+        self.findings.append(Finding(line, Kind.PERSON, "pmap's arguments "
                                      "unpacked with */**: cannot read them"))
         return None
       key = arg.keyword.value if arg.keyword else (
           _POSITIONAL[i] if i < len(_POSITIONAL) else None)
       if key not in _KNOWN:
-        self.findings.append(Finding(line, "person", f"pmap argument "
+        self.findings.append(Finding(line, Kind.PERSON, f"pmap argument "
                                      f"{key or i} is not one pmap takes"))
         return None
       named[key] = arg.value
@@ -151,7 +138,7 @@ class PmapRewriter(cst.CSTTransformer):
       self.axes.append(self._axis_value(axis))
     for key, why in _FOR_A_PERSON.items():
       if key in named:
-        self.findings.append(Finding(line, "person", why))
+        self.findings.append(Finding(line, Kind.PERSON, why))
         return None
     return named
 
@@ -175,7 +162,7 @@ class PmapRewriter(cst.CSTTransformer):
       out_axes = (literal(named["out_axes"]) if "out_axes" in named
                   else 0)
     except ValueError as err:
-      self.findings.append(Finding(line, "person", f"in_axes/out_axes: {err}"
+      self.findings.append(Finding(line, Kind.PERSON, f"in_axes/out_axes: {err}"
                                    "; the specs must be known here"))
       return None
     static = ()
@@ -183,7 +170,7 @@ class PmapRewriter(cst.CSTTransformer):
       try:
         static = pmap_arguments.argnums(named["static_broadcasted_argnums"])
       except ValueError as err:
-        self.findings.append(Finding(line, "person", (
+        self.findings.append(Finding(line, Kind.PERSON, (
             f"static_broadcasted_argnums: {err}; jit needs them here")))
         return None
       if isinstance(in_axes, tuple):
@@ -196,13 +183,13 @@ class PmapRewriter(cst.CSTTransformer):
                                                         out_axes, axis)
     self.changed += 1
     self.uses_static = self.uses_static or bool(static)
-    self.findings.append(Finding(line, "changed", (
+    self.findings.append(Finding(line, Kind.CHANGED, (
         f"pmap over {axis} -> jax.jit(jax.shard_map(...)): in_specs "
         f"{in_code}, out_specs {out_code}, "
         "check_vma=False (as pmap runs)"
         + (", donate_argnums kept" if donate else "")
         + (f", static_broadcasted_argnums {static} as jit's static_argnums"
-           if static else ""))))
+           if static else "")), Subject.PMAP))
     pad = " " * 4  # LibCST adds the enclosing block's own indentation.
     specs = (f"{pad}    in_specs=({in_code}, jax.P({axis})),\n"
              f"{pad}    out_specs={out_code},\n")
@@ -280,14 +267,14 @@ class PmapRewriter(cst.CSTTransformer):
       for node in (original, original.args[0].value):
         self._note_axis(node)
       self.findings.append(Finding(
-          line, "person", "a pmap inside a pmap, left whole: a 2-D mesh "
+          line, Kind.PERSON, "a pmap inside a pmap, left whole: a 2-D mesh "
           "with both axes (docs/MIGRATION.md#nested-pmap)"))
       return updated
     if is_pmap(original.func, self.aliases):
       named = self._arguments(original.args, line)
       if named is None or "fun" not in named:
         if named is not None:
-          self.findings.append(Finding(line, "person", "pmap without a "
+          self.findings.append(Finding(line, Kind.PERSON, "pmap without a "
                                        "function to map"))
         return updated
       port = self._port(self._code(updated.args[0].value), named, line)
@@ -303,18 +290,19 @@ class PmapRewriter(cst.CSTTransformer):
                                   named, line)
       return cst.parse_expression(port) if port else updated
     if name.endswith(("nnx.pmap", "filter_pmap")):
-      self.findings.append(Finding(line, "person", (
+      self.findings.append(Finding(line, Kind.PERSON, (
           f"{name}: flax NNX and equinox map their own state; port it to "
           "nnx.shard_map or eqx.filter_shard_map by hand (the guide's "
           "examples/nnx_mlp and examples/equinox_mlp)")))
     if name in stacked_calls.REMOVED_PUTS:
       self.uses_put = True
       helper = stacked_calls.REMOVED_PUTS[name]
-      self.findings += [Finding(line, "changed", stacked_calls.removed(name)),
-                        Finding(line, "kept", stacked_calls.kept(helper))]
+      self.findings += [Finding(line, Kind.CHANGED, stacked_calls.removed(name),
+                                Subject.REMOVED_CALL),
+                        Finding(line, Kind.KEPT, stacked_calls.kept(helper))]
       return updated.with_changes(func=cst.Name(helper))
     if stacked_calls.keeps_stack(name, tail):
-      self.findings.append(Finding(line, "kept", stacked_calls.kept(name)))
+      self.findings.append(Finding(line, Kind.KEPT, stacked_calls.kept(name)))
     return updated
 
   def _collective(self, call, tail, line):
@@ -351,7 +339,7 @@ class PmapRewriter(cst.CSTTransformer):
     if not ports:
       return updated
     if len(ports) > 1 or kept:
-      self.findings.append(Finding(line, "person", "a pmap decorator beside "
+      self.findings.append(Finding(line, Kind.PERSON, "a pmap decorator beside "
                                    "other decorators: their order decides "
                                    "what is mapped"))
       return updated
@@ -369,7 +357,7 @@ class PmapRewriter(cst.CSTTransformer):
     if "*" not in self.axes:
       for line, axis, tail in self._collective_axes:
         if axis not in self.axes:
-          self.findings.append(Finding(line, "person", (
+          self.findings.append(Finding(line, Kind.PERSON, (
               f"{tail} over {axis!r}, an axis no pmap of this file names: "
               "give it the mesh axis it runs under")))
     return updated
