@@ -15,17 +15,17 @@ import ast
 import libcst as cst
 from libcst import metadata
 
-from compare._src.rewrite import rewrite_file
-from compare._src.rewrite.findings import Finding
-from compare._src.rewrite.findings import Kind
+from compare._src.rewrite.read import names
+from compare._src.rewrite.records import Finding
+from compare._src.rewrite.records import Kind
 
 _MARK = "  # compare.rewrite: set aside, never called"
 
 
 def _pmap_lines(source: str) -> list[int]:
   module = cst.parse_module(source)
-  references = rewrite_file._References(  # pylint: disable=protected-access
-      rewrite_file.pmap_aliases(module))
+  references = names.References(  # pylint: disable=protected-access
+      names.pmap_aliases(module))
   metadata.MetadataWrapper(module).visit(references)
   return references.lines
 

@@ -8,11 +8,11 @@ step that layout and the findings that say so (`rewrite_global`).
 
 import dataclasses
 
-from compare._src.rewrite import global_layouts
-from compare._src.rewrite.global_layouts import B, R
-from compare._src.rewrite.findings import Finding
-from compare._src.rewrite.findings import Kind
-from compare._src.rewrite.findings import Subject
+from compare._src.rewrite.plan import global_layouts
+from compare._src.rewrite.plan.global_layouts import B, R
+from compare._src.rewrite.records import Finding
+from compare._src.rewrite.records import Kind
+from compare._src.rewrite.records import Subject
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""The report's records: a `Finding` is a kind, a subject and a message.
+"""The records the stages hand on: findings, ports, a file's rewrite.
+
+A `Finding` is a kind, a subject and a message; a `Port` a pmap rewritten;
+a `Rewrite` a file's code, findings and ports; `RewriteError` input the
+rewrite cannot take.
 
 What comes in: nothing (every stage makes findings). What goes out: the
 types the stages hand on. The report counts findings by their `kind` and
@@ -55,3 +59,38 @@ class Finding:
   def __post_init__(self):
     # A plain string kind ("person") is taken as its `Kind`.
     object.__setattr__(self, "kind", Kind(self.kind))
+
+
+@dataclasses.dataclass(frozen=True)
+class Port:
+  """A pmap rewritten: its line, the function's source, and the port's
+  source with `FUN` in place of the function (`--prove` builds the port of
+  a pmap made inside a function from it)."""
+
+  line: int
+  fun_code: str
+  template: str
+
+
+class RewriteError(ValueError):
+  """Input the rewrite cannot take (one line, exit 2)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rewrite:
+  """A file's rewrite.
+
+  Attributes:
+    code: the rewritten source (the input itself where nothing changed).
+    findings: every change, every place left to a person and every call
+      site that keeps pmap's stacked layout, in line order.
+    ports: every pmap rewritten, with its port's source.
+  """
+
+  code: str
+  findings: tuple[Finding, ...]
+  ports: tuple[Port, ...] = ()
+
+  @property
+  def needs_a_person(self) -> bool:
+    return any(f.kind == Kind.PERSON for f in self.findings)

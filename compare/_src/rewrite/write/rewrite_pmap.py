@@ -26,16 +26,17 @@ jit's `static_argnums` (`_pmap_static`).
 What it cannot rewrite safely it leaves as written, with a line saying why.
 """
 
-import dataclasses
-
 import libcst as cst
 from libcst import metadata
 
-from compare._src.rewrite import pmap_arguments
-from compare._src.rewrite import stacked_calls
-from compare._src.rewrite.findings import Finding
-from compare._src.rewrite.findings import Kind
-from compare._src.rewrite.findings import Subject
+from compare._src.rewrite.read import pmap_arguments
+from compare._src.rewrite.read import stacked_calls
+from compare._src.rewrite.read.names import dotted
+from compare._src.rewrite.read.names import is_pmap
+from compare._src.rewrite.records import Finding
+from compare._src.rewrite.records import Port
+from compare._src.rewrite.records import Kind
+from compare._src.rewrite.records import Subject
 
 # Collectives whose axis must be one a pmap of this file names.
 _COLLECTIVES = ("pmean", "psum", "pmax", "pmin", "all_gather", "axis_index",
@@ -50,32 +51,6 @@ _FOR_A_PERSON = {
     "backend": "backend: the mesh's devices choose the backend"}
 # Where a port's source names the pmapped function (`Port.template`).
 FUN = "__pmapped_function__"
-
-
-@dataclasses.dataclass(frozen=True)
-class Port:
-  """A pmap rewritten: its line, the function's source, and the port's
-  source with `FUN` in place of the function (`--prove` builds the port of
-  a pmap made inside a function from it)."""
-
-  line: int
-  fun_code: str
-  template: str
-
-
-def dotted(node) -> str:
-  """`jax.lax.pmean` for the expression `jax.lax.pmean`, else ""."""
-  if isinstance(node, cst.Name):
-    return node.value
-  if isinstance(node, cst.Attribute):
-    head = dotted(node.value)
-    return f"{head}.{node.attr.value}" if head else ""
-  return ""
-
-
-def is_pmap(node, aliases) -> bool:
-  name = dotted(node)
-  return name in aliases or name == "jax.pmap"
 
 
 def _is_partial(node) -> bool:

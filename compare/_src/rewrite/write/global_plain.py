@@ -14,17 +14,19 @@ import dataclasses
 import libcst as cst
 from libcst import metadata
 
-from compare._src.rewrite import global_joined
-from compare._src.rewrite import global_keywords
-from compare._src.rewrite import global_written
-from compare._src.rewrite import pmap_arguments
-from compare._src.rewrite import global_rewriter
-from compare._src.rewrite import rewrite_pmap
-from compare._src.rewrite import rewrite_file
-from compare._src.rewrite.global_layouts_types import B, R, S
-from compare._src.rewrite.findings import Finding
-from compare._src.rewrite.findings import Kind
-from compare._src.rewrite.findings import Subject
+from compare._src.rewrite.write import imports
+from compare._src.rewrite.read import names
+from compare._src.rewrite import records
+from compare._src.rewrite.write import global_joined
+from compare._src.rewrite.write import global_keywords
+from compare._src.rewrite.write import global_written
+from compare._src.rewrite.read import pmap_arguments
+from compare._src.rewrite.write import global_rewriter
+from compare._src.rewrite.write import rewrite_pmap
+from compare._src.rewrite.layouts import B, R, S
+from compare._src.rewrite.records import Finding
+from compare._src.rewrite.records import Kind
+from compare._src.rewrite.records import Subject
 
 
 @dataclasses.dataclass
@@ -104,7 +106,7 @@ def _own_function(fun, loads) -> str | None:
   """The module-level function a pmap maps (`f`, or `functools.partial(f,
   k=v)`: keywords only, the positions stay the function's) where that
   pmap is the one read of it, else None."""
-  if isinstance(fun, cst.Call) and rewrite_pmap.dotted(fun.func) in (
+  if isinstance(fun, cst.Call) and names.dotted(fun.func) in (
       "functools.partial", "partial") and fun.args and all(
           a.keyword is not None for a in fun.args[1:]):
     fun = fun.args[0].value
@@ -139,7 +141,7 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
       return global_rewriter.spec(kind, self._axis)
     if kind in self._plan.inline:
       return (f"jax.NamedSharding({self._plan.names['mesh']}, "
-              f"{rewrite_global._spec(kind, self._axis)})")  # pylint: disable=protected-access
+              f"{global_rewriter.spec(kind, self._axis)})")
     return self._plan.names[kind]
 
   def _parts(self, named, line):
@@ -193,7 +195,7 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
         self._viewed(line, stacked_args, stacked_outs)
     # Wrapped on the function's own source from the column the pmap's call
     # starts at (after its target's `x = `), then templated as the first
-    # step's ports are (`rewrite_pmap.Port`).
+    # step's ports are (`records.Port`).
     fun_code = self._code(named["fun"])
     mapped = fun_code
     name = self._steps[line].name
@@ -206,7 +208,7 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
 
   def leave_Call(self, original, updated):
     written = super().leave_Call(original, updated)
-    name = rewrite_pmap.dotted(original.func)
+    name = names.dotted(original.func)
     if name in self._plan.keywords and isinstance(written, cst.Call):
       keywords = self._plan.keywords[name][1]
       self.findings.append(Finding(self._line(original), Kind.CHANGED, (
@@ -263,7 +265,7 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
       updated = viewed
       self._viewed(line, stacked_args, stacked_outs)
     self.uses_functools = True
-    self.ports.append(rewrite_pmap.Port(line, updated.name.value, ""))
+    self.ports.append(records.Port(line, updated.name.value, ""))
     column = self.get_metadata(metadata.PositionProvider,
                                original).start.column
     return updated.with_changes(decorators=[
@@ -297,7 +299,7 @@ def write(wrapper, module, first, steps, replace, axis, known, declared,
   if writer.unplain:
     return f"the first step's helpers stay in this file: {writer.unplain}"
   if plain.joined:
-    code = rewrite_file.with_mesh(new.code, module, "",
+    code = imports.with_mesh(new.code, module, "",
                                   writer.uses_functools)
     code, _ = global_joined.set_mesh_after_join(code, axis)
     line, _ = global_joined.where(source)
@@ -310,6 +312,6 @@ def write(wrapper, module, first, steps, replace, axis, known, declared,
   bound = {"mesh": plain.names["mesh"],
            **{k: plain.names[k] for k in writer.shardings
               if k not in plain.inline}}
-  return rewrite_file.with_mesh(
+  return imports.with_mesh(
       new.code, module, global_written.mesh_block(axis, bound),
       writer.uses_functools), writer

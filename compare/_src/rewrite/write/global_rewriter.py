@@ -12,13 +12,14 @@ same step without the helpers, over this one.
 import libcst as cst
 from libcst import metadata
 
-from compare._src.rewrite import global_idioms
-from compare._src.rewrite import global_layouts
-from compare._src.rewrite import global_written
-from compare._src.rewrite import rewrite_pmap
-from compare._src.rewrite.findings import Finding
-from compare._src.rewrite.findings import Kind
-from compare._src.rewrite.global_layouts import B, R
+from compare._src.rewrite.read import names
+from compare._src.rewrite.read import global_idioms
+from compare._src.rewrite.plan import global_layouts
+from compare._src.rewrite.write import global_written
+from compare._src.rewrite.write import rewrite_pmap
+from compare._src.rewrite.records import Finding
+from compare._src.rewrite.records import Kind
+from compare._src.rewrite.plan.global_layouts import B, R
 
 
 def spec(kind, axis_code) -> str:
@@ -112,7 +113,7 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
     # Where the call starts: a placement written there stays in 79 columns.
     self._column = self.get_metadata(metadata.PositionProvider,
                                      original).start.column
-    name = rewrite_pmap.dotted(original.func)
+    name = names.dotted(original.func)
     if global_idioms.is_replicate_call(original, self._known):
       self.findings.append(Finding(line, Kind.CHANGED, (
           f"{name}(...) -> jax.device_put(..., {self._said(R)}): "
@@ -150,8 +151,8 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
     elsewhere (flax imagenet's `prepare_tf_data`) unstacked first, their
     leading two axes merged, so each device holds pmap's rows."""
     sharding = self._sharding(B)
-    if (isinstance(source, cst.Call) and rewrite_pmap.dotted(source.func)
-        == "map" and len(source.args) == 2 and rewrite_pmap.dotted(
+    if (isinstance(source, cst.Call) and names.dotted(source.func)
+        == "map" and len(source.args) == 2 and names.dotted(
             source.args[0].value).endswith("common_utils.shard")):
       self.findings.append(Finding(line, Kind.CHANGED, (
           f"{name}(map(shard, ...)) -> each global batch placed with "

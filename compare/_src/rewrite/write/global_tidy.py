@@ -19,9 +19,9 @@ import tokenize
 
 import libcst as cst
 
-from compare._src.rewrite.findings import Finding
-from compare._src.rewrite.findings import Kind
-from compare._src.rewrite.findings import Subject
+from compare._src.rewrite.records import Finding
+from compare._src.rewrite.records import Kind
+from compare._src.rewrite.records import Subject
 
 # Words of a comment about pmap's layout that the global step changed.
 STALE = re.compile(r"\[0\]|leading (dimension|axis)|first device|replicat|"

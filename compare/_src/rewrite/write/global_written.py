@@ -35,8 +35,8 @@ Why each piece:
 
 import libcst as cst
 
-from compare._src.rewrite import rewrite_pmap
-from compare._src.rewrite.global_layouts_types import B, R, S
+from compare._src.rewrite.read.names import dotted
+from compare._src.rewrite.layouts import B, R, S
 
 REDUCERS = ("pmean", "psum", "pmax", "pmin", "all_gather")
 GRADIENTS = ("grad", "value_and_grad", "vjp")
@@ -59,7 +59,7 @@ def mapped_name(fun_code: str) -> str | None:
     node = cst.parse_expression(fun_code)
   except cst.ParserSyntaxError:
     return None
-  if isinstance(node, cst.Call) and rewrite_pmap.dotted(node.func) in (
+  if isinstance(node, cst.Call) and dotted(node.func) in (
       "functools.partial", "partial") and node.args:
     node = node.args[0].value
   return node.value if isinstance(node, cst.Name) else None
@@ -99,7 +99,7 @@ def _own_nodes(fn, kind):
 def _is_reducer(node) -> bool:
   if not isinstance(node, cst.Call):
     return False
-  name = rewrite_pmap.dotted(node.func)
+  name = dotted(node.func)
   tail = name.rsplit(".", 1)[-1]
   return tail in REDUCERS and (name == tail or ".lax." in f".{name}")
 
@@ -141,7 +141,7 @@ def gradient_line(fn, functions, position, seen=()) -> tuple | None:
   """`(call, line)` of a gradient `fn` takes (`jax.grad`, `value_and_grad`,
   `vjp`), in its body or a function of the file it calls, else None."""
   for call in _own_nodes(fn, cst.Call):
-    name = rewrite_pmap.dotted(call.func)
+    name = dotted(call.func)
     if name.rsplit(".", 1)[-1] in GRADIENTS:
       return name, position(call)
     callee = functions.get(name)
