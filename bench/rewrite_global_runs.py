@@ -20,7 +20,6 @@ were not run. One row per program, one markdown table.
 """
 
 import argparse
-import ast
 import json
 import os
 import pathlib
@@ -76,11 +75,7 @@ def _numbers(stdout: str) -> list[str]:
 def _mnist_folder(folder: pathlib.Path) -> None:
   """A synthetic `examples.datasets` beside the copied MNIST example, as
   tests/test_rewrite_global_elsewhere.py gives it."""
-  # Read, not imported: bench/ imports nothing of tests/ (test_layers).
-  test = ROOT / "tests" / "test_rewrite_global_elsewhere.py"
-  mnist = next(node.value.value for node in ast.parse(test.read_text()).body
-               if isinstance(node, ast.Assign)
-               and [getattr(t, "id", None) for t in node.targets] == ["MNIST"])
+  mnist = (INPUTS / "mnist_datasets.py").read_text()
   (folder / "examples").mkdir()
   (folder / "examples" / "__init__.py").write_text("")
   (folder / "examples" / "datasets.py").write_text(mnist)

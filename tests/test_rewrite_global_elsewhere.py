@@ -36,18 +36,9 @@ from tests.test_rewrite_global import assert_idiomatic  # pylint: disable=g-bad-
 from tests.test_rewrite_global import STACKED  # pylint: disable=g-bad-import-order
 
 INPUTS = pathlib.Path(__file__).resolve().parent / "rewrite_inputs"
-MNIST = '''"""jax's examples/datasets.py stand-in: `mnist()` in its format (flat
-float32 images in [0, 1], one-hot float32 labels), synthetic, offline."""
-import numpy as np
-
-
-def mnist():
-  rng = np.random.RandomState(0)
-  def split(n):
-    images = rng.rand(n, 784).astype(np.float32)
-    return images, np.eye(10, dtype=np.float32)[rng.randint(0, 10, n)]
-  return (*split(512), *split(256))
-'''
+# jax's examples/datasets.py stand-in, beside the copied MNIST example
+# (bench/rewrite_global_runs.py reads it too).
+MNIST = (INPUTS / "mnist_datasets.py").read_text()
 
 NO_AXIS = '''"""The pmap docs' first example, with a replicated weight."""
 import jax
