@@ -24,17 +24,16 @@ def _unnamed(package: pathlib.Path) -> list[str]:
           if f"`{p.stem}`" not in index and f"`{p.name}/`" not in index]
 
 
-def _unreachable(measured: pathlib.Path, scripts: dict, targets) -> list:
-  """The files of `measured` whose command no target of bench.measure
-  runs: `--measure TARGET`, or `python -m MODULE` of a target's script."""
-  modules = {args[1] for args in scripts.values() if args[0] == "-m"}
+def _unreachable(measured: pathlib.Path, targets) -> list:
+  """The files of `measured` no target of bench.measure writes: each is
+  TARGET.json, or names the target that wrote it (`--measure TARGET`: a
+  snapshot kept beside the file its target writes now)."""
   bad = []
   for path in sorted(measured.glob("*.json")):
     command = json.loads(path.read_text()).get("command", "")
     target = re.search(r"--measure (\w+)", command)
-    module = re.search(r"python -m ([\w.]+)", command)
-    if not ((target and target.group(1) in targets)
-            or (module and module.group(1) in modules)):
+    if not (path.stem in targets
+            or (target and target.group(1) in targets)):
       bad.append(path.name)
   return bad
 
@@ -46,19 +45,16 @@ def test_every_bench_module_is_named_in_its_index():
 
 def test_every_measured_file_is_written_by_a_target():
   targets = measure.targets(STRATEGIES)
-  assert _unreachable(ROOT / "docs" / "measured", measure.SCRIPTS,
-                      targets) == []
+  assert _unreachable(ROOT / "docs" / "measured", targets) == []
 
 
 def test_the_checks_see_a_module_unnamed_and_a_runner_unreachable(tmp_path):
-  # Negative controls: a module the index leaves out; prove_scale's files
-  # with bench.prove_scale no longer a target's script (as before issue 73).
+  # Negative controls: a module the index leaves out; prove_scale's file
+  # with prove_scale no target (as before issue 73).
   (tmp_path / "__init__.py").write_text('"""`a` does this."""\n')
   (tmp_path / "a.py").write_text("")
   (tmp_path / "b.py").write_text("")
   assert _unnamed(tmp_path) == ["b.py"]
-  scripts = {k: v for k, v in measure.SCRIPTS.items()
-             if "bench.prove_scale" not in v}
-  assert _unreachable(ROOT / "docs" / "measured", scripts,
-                      [*STRATEGIES, *scripts]) == [
-      "prove_scale.json", "prove_scale_reference.json"]
+  targets = [t for t in measure.targets(STRATEGIES) if t != "prove_scale"]
+  assert _unreachable(ROOT / "docs" / "measured", targets) == [
+      "prove_scale.json"]
