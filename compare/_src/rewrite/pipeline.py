@@ -40,21 +40,21 @@ import dataclasses
 import libcst as cst
 from libcst import metadata
 
-from compare._src.rewrite.write import imports
-from compare._src.rewrite.read import names
 from compare._src.rewrite import records
-from compare._src.rewrite.read import first_step_undone
 from compare._src.rewrite.plan import global_declared
 from compare._src.rewrite.plan import global_layouts
-from compare._src.rewrite.write import global_plain
-from compare._src.rewrite.write import global_rewriter
-from compare._src.rewrite.write import global_tidy
+from compare._src.rewrite.read import first_step_undone
 from compare._src.rewrite.read import global_uncalled
-from compare._src.rewrite.write import global_written
-from compare._src.rewrite.write import rewrite_pmap
+from compare._src.rewrite.read import names
 from compare._src.rewrite.records import Finding
 from compare._src.rewrite.records import Kind
 from compare._src.rewrite.records import Subject
+from compare._src.rewrite.write import global_plain
+from compare._src.rewrite.write import global_rewriter
+from compare._src.rewrite.write import global_tidy
+from compare._src.rewrite.write import global_written
+from compare._src.rewrite.write import imports
+from compare._src.rewrite.write import rewrite_pmap
 
 AXES = "the pmaps name "  # several axes, each a mesh: no call site moved
 # The Port's declared layout (`--prove`), named here as before.

@@ -17,13 +17,13 @@ import shutil
 import sys
 import tempfile
 
+from compare._src.rewrite import pipeline
+from compare._src.rewrite import report
+from compare._src.rewrite.proof import prove_flag
+from compare._src.rewrite.records import RewriteError
 from shardport.launch import distributed
 from shardport.launch import emulation
 from shardport.launch import options
-from compare._src.rewrite.proof import prove_flag
-from compare._src.rewrite import pipeline
-from compare._src.rewrite import report
-from compare._src.rewrite.records import RewriteError
 
 EXIT_DONE, EXIT_PERSON = 0, 1
 EXIT_USAGE, EXIT_CRASH = prove_flag.EXIT_USAGE, prove_flag.EXIT_CRASH

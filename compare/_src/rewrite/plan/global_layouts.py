@@ -29,14 +29,6 @@ not written for the file.
 
 import libcst as cst
 
-from compare._src.rewrite.read import names
-from compare._src.rewrite.read import global_calls
-from compare._src.rewrite.read import global_handed
-from compare._src.rewrite.read import global_reader
-from compare._src.rewrite.read.global_idioms import code_of
-from compare._src.rewrite.read.global_idioms import root_name
-from compare._src.rewrite.read.global_idioms import is_replicate_call
-from compare._src.rewrite.read.global_idioms import is_shard_call
 from compare._src.rewrite.layouts import B
 from compare._src.rewrite.layouts import Blocker
 from compare._src.rewrite.layouts import CONFLICT
@@ -44,6 +36,14 @@ from compare._src.rewrite.layouts import CYCLE
 from compare._src.rewrite.layouts import R
 from compare._src.rewrite.layouts import S
 from compare._src.rewrite.layouts import StepLayout
+from compare._src.rewrite.read import global_calls
+from compare._src.rewrite.read import global_handed
+from compare._src.rewrite.read import global_reader
+from compare._src.rewrite.read import names
+from compare._src.rewrite.read.global_idioms import is_replicate_call
+from compare._src.rewrite.read.global_idioms import is_shard_call
+from compare._src.rewrite.read.global_idioms import root_name
+from compare._src.rewrite.read.names import code_of
 
 __all__ = ["B", "Blocker", "CONFLICT", "R", "S", "StepLayout", "read"]
 

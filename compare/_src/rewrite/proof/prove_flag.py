@@ -10,11 +10,11 @@ command sets the emulated device count first.
 import pathlib
 import sys
 
+from compare._src.rewrite import pipeline
+from compare._src.rewrite.records import RewriteError
 from shardport.launch import distributed
 from shardport.launch import emulation
 from shardport.launch import options
-from compare._src.rewrite import pipeline
-from compare._src.rewrite.records import RewriteError
 
 EXIT_USAGE, EXIT_CRASH = 2, 4
 # `--prove __main__`: the Port is made of both files run as scripts

@@ -29,10 +29,10 @@ from compare._src.prove import port as port_module
 from compare._src.prove import port_steps
 from compare._src.prove import proof as proof_module
 from compare._src.rewrite import pipeline
-from compare._src.rewrite.write import global_joined
-from compare._src.rewrite.write import global_keywords
 from compare._src.rewrite.proof import rewrite_cost
 from compare._src.rewrite.proof import written_axes
+from compare._src.rewrite.write import global_joined
+from compare._src.rewrite.write import global_keywords
 
 
 def original_name(port, source: pathlib.Path) -> str | None:

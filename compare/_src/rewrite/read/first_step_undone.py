@@ -21,8 +21,8 @@ import re
 
 import libcst as cst
 
-from compare._src.rewrite.read import names
 from compare._src.rewrite import rewrite_helpers
+from compare._src.rewrite.read import names
 from compare._src.rewrite.read import stacked_calls
 
 MARK = "# compare.rewrite's helpers"
@@ -43,7 +43,7 @@ class _Undo(cst.CSTTransformer):
   def leave_Call(self, original, updated):
     if names.dotted(updated.func) != "_pmap_call":
       return updated
-    code = cst.Module([]).code_for_node
+    code = names.code_of
     try:
       jit = updated.args[0].value.body
       keywords = jit.args[0].value

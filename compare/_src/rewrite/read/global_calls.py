@@ -24,14 +24,14 @@ import dataclasses
 
 import libcst as cst
 
-from compare._src.rewrite.read import names
-from compare._src.rewrite.read.global_idioms import code_of
 from compare._src.rewrite.layouts import B
 from compare._src.rewrite.layouts import Blocker
 from compare._src.rewrite.layouts import CONFLICT
 from compare._src.rewrite.layouts import CYCLE
 from compare._src.rewrite.layouts import R
 from compare._src.rewrite.layouts import S
+from compare._src.rewrite.read import names
+from compare._src.rewrite.read.names import code_of
 
 PLACED = (R, B, "biter")
 CALLERS = "callers in other files: "  # the notes' words (Subject.PUBLIC)

@@ -13,10 +13,10 @@ parameter something else or gives the step under another name, or the
 body hands the parameter on again or reads it other than by calling it.
 """
 
-from compare._src.rewrite.read import names
-from compare._src.rewrite.read import global_calls
-from compare._src.rewrite.read.global_idioms import root_name
 from compare._src.rewrite.layouts import Blocker
+from compare._src.rewrite.read import global_calls
+from compare._src.rewrite.read import names
+from compare._src.rewrite.read.global_idioms import root_name
 
 
 def _used_as_value(line, name) -> Blocker:

@@ -11,13 +11,10 @@ import re
 import libcst as cst
 
 from compare._src.rewrite.read import names
+from compare._src.rewrite.read.names import code_of
 
 TREE_MAPS = ("jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map",
               "tree_map", "tree.map")
-
-
-def code_of(node) -> str:
-  return cst.Module([]).code_for_node(node)
 
 
 class Known:

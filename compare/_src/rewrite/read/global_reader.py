@@ -4,10 +4,15 @@ of a module (`plan.global_layouts` answers from it)."""
 import libcst as cst
 from libcst import metadata
 
-from compare._src.rewrite.read import names
+from compare._src.rewrite.layouts import B
+from compare._src.rewrite.layouts import Blocker
+from compare._src.rewrite.layouts import R
+from compare._src.rewrite.layouts import S
+from compare._src.rewrite.layouts import StepLayout
 from compare._src.rewrite.read import global_calls
 from compare._src.rewrite.read import global_idioms
 from compare._src.rewrite.read import global_scopes
+from compare._src.rewrite.read import names
 from compare._src.rewrite.read import stacked_calls
 from compare._src.rewrite.read.global_idioms import is_index0
 from compare._src.rewrite.read.global_idioms import is_prefetch
@@ -18,11 +23,6 @@ from compare._src.rewrite.read.global_idioms import is_unreplicate_call
 from compare._src.rewrite.read.global_idioms import root_name
 from compare._src.rewrite.read.global_idioms import splitter_name
 from compare._src.rewrite.read.global_idioms import static_argnums
-from compare._src.rewrite.layouts import B
-from compare._src.rewrite.layouts import Blocker
-from compare._src.rewrite.layouts import R
-from compare._src.rewrite.layouts import S
-from compare._src.rewrite.layouts import StepLayout
 
 
 class Reader(global_scopes.Scopes):

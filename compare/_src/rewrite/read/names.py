@@ -21,6 +21,11 @@ def dotted(node) -> str:
   return ""
 
 
+def code_of(node) -> str:
+  """The source of a LibCST node, as the file writes it."""
+  return cst.Module([]).code_for_node(node)
+
+
 def is_pmap(node, aliases) -> bool:
   name = dotted(node)
   return name in aliases or name == "jax.pmap"

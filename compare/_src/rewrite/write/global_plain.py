@@ -14,19 +14,20 @@ import dataclasses
 import libcst as cst
 from libcst import metadata
 
-from compare._src.rewrite.write import imports
-from compare._src.rewrite.read import names
 from compare._src.rewrite import records
-from compare._src.rewrite.write import global_joined
-from compare._src.rewrite.write import global_keywords
-from compare._src.rewrite.write import global_written
-from compare._src.rewrite.read import pmap_arguments
-from compare._src.rewrite.write import global_rewriter
-from compare._src.rewrite.write import rewrite_pmap
 from compare._src.rewrite.layouts import B, R, S
+from compare._src.rewrite.read import names
+from compare._src.rewrite.read import pmap_arguments
+from compare._src.rewrite.read.names import code_of
 from compare._src.rewrite.records import Finding
 from compare._src.rewrite.records import Kind
 from compare._src.rewrite.records import Subject
+from compare._src.rewrite.write import global_joined
+from compare._src.rewrite.write import global_keywords
+from compare._src.rewrite.write import global_rewriter
+from compare._src.rewrite.write import global_written
+from compare._src.rewrite.write import imports
+from compare._src.rewrite.write import rewrite_pmap
 
 
 @dataclasses.dataclass
@@ -148,7 +149,7 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
     """`(shard_map's keyword parts, donate code, stacked argument
     positions, stacked output positions)` of the pmap at `line`, with its
     finding."""
-    axis = (self._code(named["axis_name"]) if "axis_name" in named
+    axis = (code_of(named["axis_name"]) if "axis_name" in named
             else '"devices"')
     literal = pmap_arguments.axes_literal
     in_axes = literal(named["in_axes"]) if "in_axes" in named else 0
@@ -158,7 +159,7 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
     in_code = global_written.specs(self.kinds + [S] * len(keywords), axis)
     out_code = global_written.specs(self.outs, axis)
     vma = self._plan.vma.get(line)
-    donate = (self._code(named["donate_argnums"])
+    donate = (code_of(named["donate_argnums"])
               if "donate_argnums" in named else None)
     self.changed += 1
     self.findings.append(Finding(line, Kind.CHANGED, (
@@ -196,7 +197,7 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
     # Wrapped on the function's own source from the column the pmap's call
     # starts at (after its target's `x = `), then templated as the first
     # step's ports are (`records.Port`).
-    fun_code = self._code(named["fun"])
+    fun_code = code_of(named["fun"])
     mapped = fun_code
     name = self._steps[line].name
     if name in self._plan.keywords:

@@ -12,14 +12,14 @@ same step without the helpers, over this one.
 import libcst as cst
 from libcst import metadata
 
-from compare._src.rewrite.read import names
-from compare._src.rewrite.read import global_idioms
 from compare._src.rewrite.plan import global_layouts
-from compare._src.rewrite.write import global_written
-from compare._src.rewrite.write import rewrite_pmap
+from compare._src.rewrite.plan.global_layouts import B, R
+from compare._src.rewrite.read import global_idioms
+from compare._src.rewrite.read import names
 from compare._src.rewrite.records import Finding
 from compare._src.rewrite.records import Kind
-from compare._src.rewrite.plan.global_layouts import B, R
+from compare._src.rewrite.write import global_written
+from compare._src.rewrite.write import rewrite_pmap
 
 
 def spec(kind, axis_code) -> str:
@@ -101,7 +101,7 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
     # onto a sharding over every process's devices would take it as the
     # whole batch (and check that every process passed the same).
     sharding = self._sharding(kind)
-    code = global_idioms.code_of(value)
+    code = names.code_of(value)
     width = 79 - self._column
     return cst.parse_expression(global_written.wrapped(
         "jax.device_put", [code, sharding], "    ", width) if kind == R else
@@ -139,9 +139,9 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
     # `loss[0]` of a value the step reduced over the axis, now `P()`.
     if id(original) in self._replace:
       self.findings.append(Finding(self._line(original), Kind.CHANGED, (
-          f"{global_idioms.code_of(original)} of a value the step reduces "
+          f"{names.code_of(original)} of a value the step reduces "
           "over the axis (one value now, P()) -> "
-          f"{global_idioms.code_of(self._replace[id(original)])}")))
+          f"{names.code_of(self._replace[id(original)])}")))
       return self._inner(original)
     return updated
 
@@ -158,13 +158,13 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
           f"{name}(map(shard, ...)) -> each global batch placed with "
           f"{self._said(B)} as it is read")))
       return _generator(sharding, "_batch",
-                        global_idioms.code_of(source.args[1].value))
+                        names.code_of(source.args[1].value))
     self.findings.append(Finding(line, Kind.CHANGED, (
         f"{name}(...) of batches stacked [devices, b, ...] -> each batch "
         f"merged to [devices * b, ...] (the same rows on each device) and "
         f"placed with {self._said(B)} as it is read")))
     return _generator(sharding, "jax.tree.map(lambda _x: _x.reshape((-1,) + "
-                      "_x.shape[2:]), _batch)", global_idioms.code_of(source))
+                      "_x.shape[2:]), _batch)", names.code_of(source))
 
   def _inner(self, original):
     # The replaced node's inside, as rewritten (a read holds no pmap).

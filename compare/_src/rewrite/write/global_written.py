@@ -35,8 +35,9 @@ Why each piece:
 
 import libcst as cst
 
-from compare._src.rewrite.read.names import dotted
 from compare._src.rewrite.layouts import B, R, S
+from compare._src.rewrite.read.names import code_of
+from compare._src.rewrite.read.names import dotted
 
 REDUCERS = ("pmean", "psum", "pmax", "pmin", "all_gather")
 GRADIENTS = ("grad", "value_and_grad", "vjp")
@@ -47,10 +48,6 @@ _NAMES = {"mesh": ("mesh", "device_mesh", "pmap_axis_mesh"),
           B: ("batch_sharding", "rows_sharding", "data_sharding")}
 UNSTACK = "jax.tree.map(lambda a: a[0], {})"
 STACK = "jax.tree.map(lambda a: jax.numpy.expand_dims(a, 0), {})"
-
-
-def code(node) -> str:
-  return cst.Module([]).code_for_node(node)
 
 
 def mapped_name(fun_code: str) -> str | None:
@@ -272,12 +269,12 @@ def per_device(fn, stacked_args, stacked_outs):
       value = updated.value
       if None in stacked_outs:
         return updated.with_changes(value=cst.parse_expression(
-            STACK.format(code(value))))
+            STACK.format(code_of(value))))
       if not isinstance(value, cst.Tuple):
         raise ValueError("not a tuple")
       return updated.with_changes(value=value.with_changes(elements=[
           e.with_changes(value=cst.parse_expression(STACK.format(
-              code(e.value)))) if j in stacked_outs else e
+              code_of(e.value)))) if j in stacked_outs else e
           for j, e in enumerate(value.elements)]))
 
     def leave_FunctionDef(self, original, updated):

@@ -31,11 +31,12 @@ from libcst import metadata
 
 from compare._src.rewrite.read import pmap_arguments
 from compare._src.rewrite.read import stacked_calls
+from compare._src.rewrite.read.names import code_of
 from compare._src.rewrite.read.names import dotted
 from compare._src.rewrite.read.names import is_pmap
 from compare._src.rewrite.records import Finding
-from compare._src.rewrite.records import Port
 from compare._src.rewrite.records import Kind
+from compare._src.rewrite.records import Port
 from compare._src.rewrite.records import Subject
 
 # Collectives whose axis must be one a pmap of this file names.
@@ -90,9 +91,6 @@ class PmapRewriter(cst.CSTTransformer):
   def _line(self, node) -> int:
     return self.get_metadata(metadata.PositionProvider, node).start.line
 
-  def _code(self, node) -> str:
-    return cst.Module([]).code_for_node(node)
-
   def _arguments(self, args, line):
     """pmap's arguments by name, or None after a `person` finding."""
     named = {}
@@ -128,7 +126,7 @@ class PmapRewriter(cst.CSTTransformer):
     """The port's source with `FUN` for the function, or None."""
     fun_code = FUN
     """The jit(shard_map(...)) source for pmap(fun, **named), or None."""
-    axis = (self._code(named["axis_name"]) if "axis_name" in named
+    axis = (code_of(named["axis_name"]) if "axis_name" in named
             else '"devices"')
     self.unnamed |= "axis_name" not in named
     try:
@@ -150,9 +148,9 @@ class PmapRewriter(cst.CSTTransformer):
         return None
       if isinstance(in_axes, tuple):
         in_axes = tuple(a for i, a in enumerate(in_axes) if i not in static)
-    mesh = (f"_pmap_mesh({axis}, tuple({self._code(named['devices'])}))"
+    mesh = (f"_pmap_mesh({axis}, tuple({code_of(named['devices'])}))"
             if "devices" in named else f"_pmap_mesh({axis})")
-    donate = (f", donate_argnums={self._code(named['donate_argnums'])}"
+    donate = (f", donate_argnums={code_of(named['donate_argnums'])}"
               if "donate_argnums" in named else "")
     in_axes, out_axes, in_code, out_code = self._layout(line, in_axes,
                                                         out_axes, axis)
@@ -169,7 +167,7 @@ class PmapRewriter(cst.CSTTransformer):
     specs = (f"{pad}    in_specs=({in_code}, jax.P({axis})),\n"
              f"{pad}    out_specs={out_code},\n")
     called = (f"{pad}{fun_code}, {axis}, in_axes={in_axes!r}"
-              + (f", devices=tuple({self._code(named['devices'])})"
+              + (f", devices=tuple({code_of(named['devices'])})"
                  if "devices" in named else "")
               + (f", static_argnums={static!r}" if static else "") + ")")
     if not static:
@@ -252,7 +250,7 @@ class PmapRewriter(cst.CSTTransformer):
           self.findings.append(Finding(line, Kind.PERSON, "pmap without a "
                                        "function to map"))
         return updated
-      port = self._port(self._code(updated.args[0].value), named, line)
+      port = self._port(code_of(updated.args[0].value), named, line)
       return cst.parse_expression(port) if port else updated
     if tail in _COLLECTIVES and ("lax" in name or name == tail):
       self._collective(original, tail, line)
@@ -261,7 +259,7 @@ class PmapRewriter(cst.CSTTransformer):
         and is_pmap(original.func.args[0].value, self.aliases)):
       named = self._arguments([*original.args, *original.func.args[1:]],
                               line)
-      port = named and self._port(self._code(updated.args[0].value),
+      port = named and self._port(code_of(updated.args[0].value),
                                   named, line)
       return cst.parse_expression(port) if port else updated
     if name.endswith(("nnx.pmap", "filter_pmap")):
