@@ -1,5 +1,8 @@
 """`--measure TARGET`: regenerate one file under docs/measured/.
 
+    python -m bench.measure --list
+    python -m bench.measure TARGET [TARGET ...]
+
 `python -m docs.build_guide --measure TARGET` calls `measure`. Targets:
 every strategy in the registry (`python -m compare --strategy S --devices 8
 --json docs/measured/S.json`), `traps` (`python -m docs.traps`), `dispatch`
@@ -12,9 +15,11 @@ says when and how each figure was measured; the guide's figures name the
 file they come from.
 """
 
+import argparse
 import datetime
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -54,6 +59,12 @@ SCRIPTS = {"traps": ["-m", "docs.traps"],
            "rewrite_examples": ["-m", "bench.rewrite_examples_runs"],
            # --global on every input it writes a step for (issue 58).
            "rewrite_global": ["-m", "bench.rewrite_global_runs"],
+           # The prover at real sizes, with and without a reference step
+           # (about 20 min each on 2 cores).
+           "prove_scale": ["-m", "bench.prove_scale", "--sizes", "0.5,2,4,8",
+                           "--transformer", "--census"],
+           "prove_scale_reference": ["-m", "bench.prove_scale", "--sizes",
+                                     "0.5,2,4,8", "--reference", "--census"],
            # The issue 13 utilisation target's workload: 28x28 inputs.
            "utilisation": ["-m", "compare", "--strategy", "data_parallel",
                            "--dataset", "synthetic:28x28", "--steps", "30",
@@ -108,3 +119,37 @@ def measure(target, root, devices=8):
                                        round(os.getloadavg()[0], 2)])
     out.write_text(json.dumps(record, indent=1) + "\n")
   return code
+
+
+def _registry():
+  from shardport.strategies import STRATEGIES  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  return STRATEGIES
+
+
+def main(argv=None) -> int:
+  """`--list`: every target and the command that writes it; else runs each
+  TARGET into docs/measured/ (as `python -m docs.build_guide --measure`,
+  without rebuilding the guide)."""
+  parser = argparse.ArgumentParser(prog="python -m bench.measure",
+                                   description=__doc__.split("\n")[0])
+  parser.add_argument("targets", nargs="*", metavar="TARGET")
+  parser.add_argument("--list", action="store_true",
+                      help="name every target and its command")
+  args = parser.parse_args(argv)
+  known = targets(_registry())
+  if args.list or not args.targets:
+    for target in known:
+      line = command(target, pathlib.Path(MEASURED) / f"{target}.json")
+      print(f"{target}: python {' '.join(line[1:])}")
+    return 0
+  unknown = [t for t in args.targets if t not in known]
+  if unknown:
+    print(f"bench.measure: {unknown[0]} is no target (--list names them)",
+          file=sys.stderr)
+    return 2
+  root = pathlib.Path(__file__).resolve().parents[1]
+  return max(measure(t, root) for t in args.targets)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -43,11 +43,11 @@ MODULES = {
     "host_copies": (f"{PROVE}/host_copies.py",
                     ("tests/test_lockstep_units.py",
                      "tests/test_lockstep_retakes.py")),
-    "global_scopes": (f"{REWRITE}/global_scopes.py", SCOPES_TESTS),
-    "global_reader": (f"{REWRITE}/global_reader.py", REWRITE_TESTS),
-    "global_calls": (f"{REWRITE}/global_calls.py", REWRITE_TESTS),
+    "global_scopes": (f"{REWRITE}/read/global_scopes.py", SCOPES_TESTS),
+    "global_reader": (f"{REWRITE}/read/global_reader.py", REWRITE_TESTS),
+    "global_calls": (f"{REWRITE}/read/global_calls.py", REWRITE_TESTS),
     "rewrite_helpers": (f"{REWRITE}/rewrite_helpers.py", PUTS_TESTS),
-    "stacked_calls": (f"{REWRITE}/stacked_calls.py", PUTS_TESTS),
+    "stacked_calls": (f"{REWRITE}/read/stacked_calls.py", PUTS_TESTS),
 }
 # The tests in those files that run whole programs (a rewritten program
 # run or proved: 2.5 s to a minute each on 2 busy cores): left out.

@@ -40,7 +40,7 @@ def read_triage(triage: dict) -> tuple[list[str], dict]:
   entries' names by module."""
   problems, by_module = [], {}
   for name, entry in triage.items():
-    short = name.split(".")[3]
+    short = name.split(".")[-2]  # the module: the part before the function
     if short not in MODULES:
       problems.append(f"{name}: {short} is not a module measured")
       continue

@@ -32,7 +32,7 @@ import tarfile
 import tempfile
 
 from bench.real_programs import run
-from bench.rewrite_global_runs import written
+from bench.rewrite_written import written
 
 HERE = run.HERE
 NLP_SEQ = "flax `examples/nlp_seq/train.py` (as written)"
@@ -51,7 +51,7 @@ NEEDS = {NLP_SEQ: ("tensorflow", "tensorboard"),
 
 def _global(folder: pathlib.Path, port: str) -> dict:
   """`--global --prove` of the folder's train.py, its Port copied beside
-  it: the written file's row (bench.rewrite_global_runs.written)."""
+  it: the written file's row (bench.rewrite_written.written)."""
   shutil.copyfile(HERE / f"{port}.py", folder / f"{port}.py")
   done, seconds = run._python(  # pylint: disable=protected-access
       ["-m", "compare.rewrite", "train.py", "-o", "train_global.py",

@@ -16,11 +16,11 @@ all rewritten; 1: something needs a person (still written); 2: bad input.
 
 import sys
 
+from compare._src.rewrite.pipeline import rewrite_source
+from compare._src.rewrite.records import Finding
+from compare._src.rewrite.records import Rewrite
+from compare._src.rewrite.records import RewriteError
 from compare._src.rewrite.rewrite_cli import main
-from compare._src.rewrite.rewrite_file import Rewrite
-from compare._src.rewrite.rewrite_file import RewriteError
-from compare._src.rewrite.rewrite_file import rewrite_source
-from compare._src.rewrite.rewrite_pmap import Finding
 
 __all__ = ["Finding", "Rewrite", "RewriteError", "main", "rewrite_source"]
 

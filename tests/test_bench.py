@@ -81,11 +81,11 @@ def test_a_triage_file_that_would_lose_an_entry_is_refused(
 
 
 def test_lines_of_code_leave_out_blank_lines_comments_and_docstrings():
-  from bench import rewrite_global_runs  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from bench import rewrite_written  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   text = ('"""doc\nmore"""\nimport x  # c\n\n# only a comment\ndef f():\n'
           '  """d"""\n  s = """a\nb"""\n  return (1,\n          2)\n')
   # import; def; the assignment's two lines; the return's two.
-  assert rewrite_global_runs.code_lines(text) == 6
+  assert rewrite_written.code_lines(text) == 6
   # A string that is a statement of its own is a docstring wherever it
   # stands; one that is a value is code.
-  assert rewrite_global_runs.code_lines('x = 1\n"""note"""\ny = "s"\n') == 2
+  assert rewrite_written.code_lines('x = 1\n"""note"""\ny = "s"\n') == 2

@@ -16,7 +16,7 @@ import pytest
 from compare import rewrite
 from compare._src.prove import port as port_module
 from compare._src.rewrite import rewrite_helpers
-from compare._src.rewrite import rewrite_proof
+from compare._src.rewrite.proof import rewrite_proof
 from tests.test_rewrite import _script_output  # pylint: disable=g-bad-import-order
 
 INPUTS = pathlib.Path(__file__).resolve().parent / "rewrite_inputs"

@@ -17,9 +17,9 @@ import pytest
 from compare import rewrite
 from compare._src.prove import adapt
 from compare._src.prove import port as port_module
-from compare._src.rewrite import rewrite_global
-from compare._src.rewrite import rewrite_proof
-from compare._src.rewrite.global_layouts import B, R, S
+from compare._src.rewrite import pipeline
+from compare._src.rewrite.proof import rewrite_proof
+from compare._src.rewrite.plan.global_layouts import B, R, S
 
 INPUTS = pathlib.Path(__file__).resolve().parent / "rewrite_inputs"
 PORTS = "tests.rewrite_inputs.steps_module_port"
@@ -33,7 +33,7 @@ def _findings(rewrite_):
 
 
 def test_a_step_never_called_is_refused_without_a_port():
-  got = rewrite_global.rewrite_global_source(MODULE + STEP)
+  got = pipeline.rewrite_global_source(MODULE + STEP)
   assert "jax.device_put" not in got.code
   assert any(kind == "person" and "p_train_step is never called in this "
              "file" in text and "--prove" in text
@@ -41,9 +41,9 @@ def test_a_step_never_called_is_refused_without_a_port():
 
 
 def test_the_declared_step_takes_the_ports_layout():
-  got = rewrite_global.rewrite_global_source(
+  got = pipeline.rewrite_global_source(
       MODULE + STEP + "port = Port(pmap_step=p_train_step)\n",
-      declared=rewrite_global.Declared.of("p_train_step"))
+      declared=pipeline.Declared.of("p_train_step"))
   # The step's callers, out of view, are a person's: said by line.
   person = [(line, text) for line, kind, text in _findings(got)
             if kind == "person"]
@@ -62,10 +62,10 @@ def test_the_declared_step_takes_the_ports_layout():
 def test_another_step_handed_on_stays_refused():
   # The Port declares one step; another, handed to a loop elsewhere, is
   # still out of view.
-  got = rewrite_global.rewrite_global_source(
+  got = pipeline.rewrite_global_source(
       MODULE + STEP + "p_eval = jax.pmap(train_step, 'batch')\n"
       "loop(p_train_step, p_eval)\n",
-      declared=rewrite_global.Declared.of("p_train_step"))
+      declared=pipeline.Declared.of("p_train_step"))
   person = [text for _, kind, text in _findings(got) if kind == "person"]
   assert any("p_eval, a pmapped step, given to loop, not a function of this "
              "file" in t for t in person), person
@@ -74,10 +74,10 @@ def test_another_step_handed_on_stays_refused():
 
 
 def test_a_declared_step_called_otherwise_here_is_refused():
-  got = rewrite_global.rewrite_global_source(
+  got = pipeline.rewrite_global_source(
       MODULE + STEP + "keys = jax.random.split(k, 8)\n"
       "p_train_step(keys, keys)\n",
-      declared=rewrite_global.Declared.of("p_train_step"))
+      declared=pipeline.Declared.of("p_train_step"))
   assert any(kind == "person" and "the Port declares" in text
              for _, kind, text in _findings(got)), _findings(got)
 
@@ -90,11 +90,11 @@ def test_adapt_step_declares_the_arguments_it_spreads():
   tutorial = adapt.adapt_step(step, batch_keys=("xs", "ys")).signature
   keys_after = adapt.adapt_step(step, static_args=(1,)).signature
   # A value passed after the batch keeps pmap's layout (a key per device).
-  assert rewrite_global.Declared.of("s", keys_after).args == [R, B, S]
-  assert rewrite_global.Declared.of("s", stax).args == [R, R, B]
-  assert rewrite_global.Declared.of("s", optax_tuple).args == [R, R, B]
-  assert rewrite_global.Declared.of("s", optax_tuple).outs == [R, R, S]
-  assert rewrite_global.Declared.of("s", tutorial).args == [R, B, B]
+  assert pipeline.Declared.of("s", keys_after).args == [R, B, S]
+  assert pipeline.Declared.of("s", stax).args == [R, R, B]
+  assert pipeline.Declared.of("s", optax_tuple).args == [R, R, B]
+  assert pipeline.Declared.of("s", optax_tuple).outs == [R, R, S]
+  assert pipeline.Declared.of("s", tutorial).args == [R, B, B]
 
 
 def test_a_pmap_bound_to_no_name_is_a_place_not_a_crash():
@@ -102,7 +102,7 @@ def test_a_pmap_bound_to_no_name_is_a_place_not_a_crash():
   # function: the second step crashed on it (KeyError) before.
   source = MODULE + ("def make_step():\n"
                      "  return jax.pmap(train_step, 'batch')\n")
-  got = rewrite_global.rewrite_global_source(source)
+  got = pipeline.rewrite_global_source(source)
   assert any(line == 7 and kind == "person" and "bound to no name" in text
              for line, kind, text in _findings(got)), _findings(got)
 
@@ -111,7 +111,7 @@ def test_a_crash_of_the_rewrite_has_its_own_exit_and_writes_nothing(
     tmp_path, monkeypatch, capsys):
   def crash(*_, **__):
     raise KeyError(124)
-  monkeypatch.setattr(rewrite_global, "rewrite_global_source", crash)
+  monkeypatch.setattr(pipeline, "rewrite_global_source", crash)
   target = tmp_path / "out.py"
   code = rewrite.main([str(INPUTS / "steps_module.py"), "-o", str(target),
                        "--global"])

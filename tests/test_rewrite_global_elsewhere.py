@@ -28,26 +28,17 @@ import sys
 import libcst
 
 from compare import rewrite
-from compare._src.rewrite import global_idioms
-from compare._src.rewrite import rewrite_global
+from compare._src.rewrite.read import global_idioms
+from compare._src.rewrite import pipeline
 from compare._src.rewrite import rewrite_helpers
 from tests.test_rewrite import _script_output
 from tests.test_rewrite_global import assert_idiomatic  # pylint: disable=g-bad-import-order
 from tests.test_rewrite_global import STACKED  # pylint: disable=g-bad-import-order
 
 INPUTS = pathlib.Path(__file__).resolve().parent / "rewrite_inputs"
-MNIST = '''"""jax's examples/datasets.py stand-in: `mnist()` in its format (flat
-float32 images in [0, 1], one-hot float32 labels), synthetic, offline."""
-import numpy as np
-
-
-def mnist():
-  rng = np.random.RandomState(0)
-  def split(n):
-    images = rng.rand(n, 784).astype(np.float32)
-    return images, np.eye(10, dtype=np.float32)[rng.randint(0, 10, n)]
-  return (*split(512), *split(256))
-'''
+# jax's examples/datasets.py stand-in, beside the copied MNIST example
+# (bench/rewrite_global_runs.py reads it too).
+MNIST = (INPUTS / "mnist_datasets.py").read_text()
 
 NO_AXIS = '''"""The pmap docs' first example, with a replicated weight."""
 import jax
@@ -88,7 +79,7 @@ def test_a_comprehension_target_is_its_own_name():
   source = NO_AXIS.replace(
       "print(float(jax_utils.unreplicate(w)))",
       "print([w * 2 for w in range(3)], float(jax_utils.unreplicate(w)))")
-  both = rewrite_global.rewrite_global_source(source)
+  both = pipeline.rewrite_global_source(source)
   assert not [f for f in both.findings if f.kind == "person"], both.findings
   assert "jax.P())" in both.code and "jax_utils.replicate(" not in both.code
 
@@ -97,7 +88,7 @@ def test_a_read_of_the_replicated_value_itself_is_still_refused():
   # The negative control: `w` outside the lambda, read per device.
   source = NO_AXIS.replace("print(float(jax_utils.unreplicate(w)))",
                            "print(w.shape)")
-  both = rewrite_global.rewrite_global_source(source)
+  both = pipeline.rewrite_global_source(source)
   person = [f.text for f in both.findings if f.kind == "person"]
   assert any("w is placed once on the mesh now" in t for t in person), person
 
@@ -171,7 +162,7 @@ def test_a_replicator_rebound_is_no_longer_one():
       "  replicated_params = tree_map(replicate_array, init_params)",
       "  replicate_array = lambda x: x\n"
       "  replicated_params = tree_map(replicate_array, init_params)")
-  both = rewrite_global.rewrite_global_source(source)
+  both = pipeline.rewrite_global_source(source)
   assert "jax.P())" not in rewrite_helpers.without_helpers(both.code)
 
 
@@ -191,11 +182,11 @@ def run(params, batches, log):
 
 
 def test_one_output_is_p_only_where_every_read_takes_one_copy():
-  read_once = rewrite_global.rewrite_global_source(
+  read_once = pipeline.rewrite_global_source(
       ONE_OUTPUT.format(read="print(jax_utils.unreplicate(params))"))
   assert re.search(r"out_specs=jax\.P\(\)[,)]", read_once.code), (
       read_once.findings)
-  per_device = rewrite_global.rewrite_global_source(
+  per_device = pipeline.rewrite_global_source(
       ONE_OUTPUT.format(read="log.append(params)"))
   person = [f.text for f in per_device.findings if f.kind == "person"]
   assert person, per_device.code  # read per device: refused, not P()
@@ -203,7 +194,7 @@ def test_one_output_is_p_only_where_every_read_takes_one_copy():
   # `params[0]`: device 0's copy of an array, a tuple's element: not one
   # copy as the output is declared (refused where it meets the replicated
   # params), whichever it is.
-  indexed = rewrite_global.rewrite_global_source(
+  indexed = pipeline.rewrite_global_source(
       ONE_OUTPUT.format(read="print(params[0])"))
   assert any(f.kind == "person" for f in indexed.findings), indexed.code
   assert not re.search(r"out_specs=jax\.P\(\)[,)]", indexed.code)
@@ -244,7 +235,7 @@ def test_a_replicate_method_of_the_programs_own_is_left_to_a_person():
   kept = [f.text for f in first.findings if f.line == 20]
   assert kept and "a replicate of the program's own" in kept[0], kept
   assert "place it once" not in kept[0]
-  both = rewrite_global.rewrite_global_source(HF_STATE)
+  both = pipeline.rewrite_global_source(HF_STATE)
   person = [(f.line, f.text) for f in both.findings if f.kind == "person"]
   assert any(line == 20 and "state.replicate(...): a replicate of the "
              "program's own" in text for line, text in person), person

@@ -9,7 +9,7 @@ cannot tell is refused by line.
 import re
 
 from compare import rewrite
-from compare._src.rewrite import rewrite_global
+from compare._src.rewrite import pipeline
 from tests.test_rewrite import _script_output  # pylint: disable=g-bad-import-order
 
 
@@ -182,7 +182,7 @@ def test_trees_placed_and_read_back_together(tmp_path, capsys):
 def test_a_tuple_read_back_with_a_stacked_part_is_refused():
   # The loss is read per device (kept stacked): dropping the unreplicate
   # of `(w, loss)` would hand the rest of the program [devices] losses.
-  both = rewrite_global.rewrite_global_source(TOGETHER.replace(
+  both = pipeline.rewrite_global_source(TOGETHER.replace(
       "  w, ema = jax_utils.unreplicate((w, ema))\n",
       "  w, loss = jax_utils.unreplicate((w, loss))\n"))
   person = [f.text for f in both.findings if f.kind == "person"]
@@ -210,5 +210,5 @@ def test_a_copy_of_flax_shard_places_the_global_batch(tmp_path, capsys):
   # over devices the second step knows; kept as the program stacked them.
   other = COPIED_SHARD.replace("(jax.local_device_count(), -1)",
                                "(-1, jax.local_device_count())")
-  both = rewrite_global.rewrite_global_source(other)
+  both = pipeline.rewrite_global_source(other)
   assert "batch = shard(" in both.code

@@ -19,8 +19,8 @@ import libcst as cst
 import pytest
 
 from compare import rewrite
-from compare._src.rewrite import global_written
-from compare._src.rewrite import rewrite_global
+from compare._src.rewrite.write import global_written
+from compare._src.rewrite import pipeline
 from tests.test_rewrite import _script_output
 from tests.test_rewrite_global import assert_idiomatic  # pylint: disable=g-bad-import-order
 
@@ -45,7 +45,7 @@ def _dead_left(findings) -> dict:
 
 
 def test_the_tutorials_dead_locals_go_and_its_stale_comments_are_named():
-  written = rewrite_global.rewrite_global_source(TUTORIAL.read_text())
+  written = pipeline.rewrite_global_source(TUTORIAL.read_text())
   # `n_devices` goes in the round after `split`, its only reader.
   assert _removed(written.findings) == {73: "n_devices", 77: "split"}
   assert _dead_left(written.findings) == {}
@@ -71,7 +71,7 @@ def test_a_name_still_read_is_not_dead():
   source = TUTORIAL.read_text().replace(
       '  print(f"w {float(params.weight)!r}',
       '  print(n_devices)\n  print(f"w {float(params.weight)!r}')
-  written = rewrite_global.rewrite_global_source(source)
+  written = pipeline.rewrite_global_source(source)
   assert _removed(written.findings) == {77: "split"}
   assert _dead_left(written.findings) == {}
   assert "n_devices = jax.local_device_count()" in written.code
@@ -91,7 +91,7 @@ def test_a_modules_dead_def_stays_named():
   source = source.replace(SPLIT, "").replace(
       "\n\n# So far, the code", "\n\nn_devices = jax.local_device_count()\n"
       + SPLIT.replace("\n  ", "\n") + "\n\n# So far, the code")
-  written = rewrite_global.rewrite_global_source(source)
+  written = pipeline.rewrite_global_source(source)
   assert _removed(written.findings) == {}
   assert set(_dead_left(written.findings).values()) == {"split", "n_devices"}
   assert "def split" in written.code
@@ -108,7 +108,7 @@ def test_a_modules_dead_def_stays_named():
        "split")])
 def test_a_dead_local_that_may_do_more_stays_named(change, stays):
   source = TUTORIAL.read_text().replace(*change)
-  written = rewrite_global.rewrite_global_source(source)
+  written = pipeline.rewrite_global_source(source)
   removed = _removed(written.findings)
   left = _dead_left(written.findings)
   assert stays in left.values() and stays not in removed.values()

@@ -4,7 +4,7 @@ another module, and `devices=`.
 Teams keep their axis names in a module of constants (`from mypkg import
 axes` ... `axis_name=axes.BATCH`, or `from mypkg.axes import BATCH`). The
 rewrite reads the constant from that module's source beside the program
-(`compare._src.rewrite.pmap_arguments`), imports nothing, and takes the second
+(`compare._src.rewrite.read.pmap_arguments`), imports nothing, and takes the second
 step; where the name cannot be read as one string it refuses by line.
 A pmap over `devices=jax.local_devices()` maps over the devices the global
 step's mesh holds anyway; any other device list is refused.

@@ -1,5 +1,5 @@
 """`--global` on a file that joins `jax.distributed`: the mesh set after the
-join, no helper of ours (compare/_src/rewrite/global_joined.py).
+join, no helper of ours (compare/_src/rewrite/write/global_joined.py).
 
 The programs themselves run in 2 processes x 4 emulated devices in
 tests/test_rewrite_many_hosts.py (with a plant: the mesh over one process's
@@ -13,10 +13,9 @@ import pathlib
 import pytest
 
 from compare._src.prove import port as port_module
-from compare._src.rewrite import global_joined
-from compare._src.rewrite import rewrite_file
-from compare._src.rewrite import rewrite_global
-from compare._src.rewrite import rewrite_proof
+from compare._src.rewrite.write import global_joined
+from compare._src.rewrite import pipeline
+from compare._src.rewrite.proof import rewrite_proof
 
 INPUTS = pathlib.Path(__file__).parent / "rewrite_inputs"
 SET = "jax.set_mesh(jax.sharding.Mesh("
@@ -76,13 +75,13 @@ def test_such_a_file_keeps_the_helpers_and_the_report_says_why():
   source = (INPUTS / "multihost_tutorial.py").read_text().replace(
       '  if "COORDINATOR" in os.environ:\n',
       '  if "COORDINATOR" not in os.environ:\n    return\n  if True:\n')
-  written = rewrite_global.rewrite_global_source(source)
+  written = pipeline.rewrite_global_source(source)
   assert "_pmap_call" in written.code and SET not in written.code
   assert any("return before its join" in f.text for f in written.findings)
 
 
 def test_the_written_file_names_no_mesh_and_sets_one_after_the_join():
-  written = rewrite_global.rewrite_global_source(
+  written = pipeline.rewrite_global_source(
       (INPUTS / "multihost_train.py").read_text())
   code = written.code
   assert "_pmap_" not in code and "block_until_ready" not in code
@@ -106,7 +105,7 @@ def test_the_proof_passes_the_written_step_and_fails_a_wrong_spec(
     tmp_path, capsys):
   source = INPUTS / "multihost_train.py"
   target = tmp_path / "global.py"
-  target.write_text(rewrite_global.rewrite_global_source(source.read_text()).code)
+  target.write_text(pipeline.rewrite_global_source(source.read_text()).code)
   team_port = port_module.load(
       "tests.rewrite_inputs.rewrite_ports:multihost_port")
   assert rewrite_proof.prove(team_port, source, target, steps=2,

@@ -1,5 +1,5 @@
 """`--global` on a step called with keyword arguments
-(compare/_src/rewrite/global_keywords.py): flax nlp_seq's
+(compare/_src/rewrite/write/global_keywords.py): flax nlp_seq's
 `p_train_step(state, batch, dropout_rng=dropout_rngs)`.
 
 The written program's numbers and its proof: tests/test_rewrite_global.py
@@ -9,8 +9,8 @@ The written program's numbers and its proof: tests/test_rewrite_global.py
 
 import pytest
 
-from compare._src.rewrite import global_keywords
-from compare._src.rewrite import rewrite_global
+from compare._src.rewrite.write import global_keywords
+from compare._src.rewrite import pipeline
 
 PROGRAM = '''
 import functools
@@ -39,7 +39,7 @@ def main():
 
 
 def _written(call):
-  return rewrite_global.rewrite_global_source(PROGRAM.replace("CALL", call))
+  return pipeline.rewrite_global_source(PROGRAM.replace("CALL", call))
 
 
 def test_keywords_are_passed_by_position_and_named_by_the_steps_lambda():
@@ -83,7 +83,7 @@ def test_a_function_not_defined_in_the_file_keeps_the_helpers():
                            ", scale=scales)").replace(
                                "functools.partial(train_step,",
                                "functools.partial(np.add,")
-  written = rewrite_global.rewrite_global_source(source)
+  written = pipeline.rewrite_global_source(source)
   assert "_pmap_keywords" in written.code
   assert any("not defined in this file" in f.text
              for f in written.findings), [f.text for f in written.findings]

@@ -5,7 +5,7 @@ found by `python -m bench.mutation` running global_reader in full (issue
 
 import pytest
 
-from compare._src.rewrite.rewrite_global import rewrite_global_source
+from compare._src.rewrite.pipeline import rewrite_global_source
 from tests import test_rewrite_global_handed
 from tests.test_rewrite_mutation_units import BOTH_PLACED
 from tests.test_rewrite_mutation_units import HEAD

@@ -3,7 +3,7 @@ bench.mutation`, issue 60) found no fast test pinning: each a small
 program rewritten in-process, no program run (bench/mutation_triage.toml
 names the mutant each test kills)."""
 
-from compare._src.rewrite.rewrite_global import rewrite_global_source
+from compare._src.rewrite.pipeline import rewrite_global_source
 
 HEAD = ("import jax\nimport jax.numpy as jnp\nfrom flax import jax_utils\n"
         "from flax.training import common_utils\n\n"

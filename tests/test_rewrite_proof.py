@@ -6,7 +6,7 @@ import pathlib
 from compare import rewrite
 from compare._src.measure import hlo
 from compare._src.prove import port as port_module
-from compare._src.rewrite import rewrite_proof
+from compare._src.rewrite.proof import rewrite_proof
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare._src.rewrite import rewrite_proof
+from compare._src.rewrite.proof import rewrite_proof
 
 AXES = {"in_axes": (None, None), "out_axes": (None, None)}
 

@@ -18,8 +18,8 @@ import pytest
 from compare import rewrite
 from compare import testing
 from compare._src.prove.port import PortError
-from compare._src.rewrite import rewrite_proof
-from compare._src.rewrite import script_proof
+from compare._src.rewrite.proof import rewrite_proof
+from compare._src.rewrite.proof import script_proof
 from tests.test_rewrite_global_elsewhere import MNIST
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -5,10 +5,10 @@ names the mutant each test kills."""
 import libcst as cst
 from libcst import metadata
 
-from compare._src.rewrite import global_scopes
+from compare._src.rewrite.read import global_scopes
 from compare._src.rewrite import rewrite_helpers
-from compare._src.rewrite import stacked_calls
-from compare._src.rewrite.global_layouts_types import S
+from compare._src.rewrite.read import stacked_calls
+from compare._src.rewrite.layouts import S
 
 
 class _Owns(global_scopes.Scopes):

@@ -1,18 +1,25 @@
 """`python -m compare.rewrite`: a pmap program in, its port and a report out.
 
-What flows through it: a source file is parsed with LibCST
-(`rewrite_file`), every `jax.pmap` is rewritten into the first step's
-`jax.jit(jax.shard_map(...))` that keeps pmap's stacked layout
-(`rewrite_pmap`, over `pmap_arguments` and `stacked_calls`); `--global`
-then reads every value the steps take (`global_reader`, `global_scopes`,
-`global_calls`, `global_handed`, `global_idioms`, answered by
-`global_layouts`) and writes the second step on global arrays
-(`rewrite_global`): as a JAX engineer writes it where it can, one
-module-level mesh and `jax.jit(jax.shard_map(...))`, no helper
-(`global_plain`, `global_written`), else with the first step's helpers;
-`global_declared` is the layout a team's Port declares, `global_tidy`
-names what the port left dead or stale, and `global_uncalled` sets aside
-a pmap in a function the file never calls. `rewrite_cli` runs it on
-files; `rewrite_proof` and `rewrite_cost` prove the written port with
-`compare.prove` and show what it compiles to.
+The rewrite runs in stages, each a package or module whose docstring says
+what comes in and what goes out (LibCST's codemods and `tf_upgrade_v2` are
+the models: one transform per visitor, every change a typed record):
+
+- `records`, `layouts`, `rewrite_helpers`: what every stage shares: the
+  typed `Finding` (a `Kind` and a `Subject`), `Port`, `Rewrite` and
+  `RewriteError`; the layouts' names (`R`, `B`, `S`, `Blocker`,
+  `StepLayout`); the first step's helpers' source.
+- `read/`: the source in, what it says out (pmap's uses and arguments, the
+  program's steps, calls, bindings and reads); nothing written.
+- `plan/`: the reading in, each step's layout out (`global_layouts`), or
+  the places the global step cannot take; the Port's declared layout.
+- `write/`: the module and its plan in, the written code and its findings
+  out: the first step (`rewrite_pmap`), the global step without helpers
+  (`global_plain`) or with them (`global_rewriter`), the tidying.
+- `pipeline`: the stages in order for one source: `rewrite_source` (the
+  first step), `rewrite_global_source` (both steps, `--global`).
+- `report`: every file's `Rewrite` in, the report's lines and counts out.
+- `proof/`: the written port in, `compare.prove`'s verdict out (`--prove`).
+- `rewrite_cli`: the command line: files in, files and the report out.
+
+Each stage imports only those before it (tests/test_rewrite_stages.py).
 """

@@ -17,31 +17,16 @@ import shutil
 import sys
 import tempfile
 
+from compare._src.rewrite import pipeline
+from compare._src.rewrite import report
+from compare._src.rewrite.proof import prove_flag
+from compare._src.rewrite.records import RewriteError
 from shardport.launch import distributed
 from shardport.launch import emulation
 from shardport.launch import options
-from compare._src.rewrite import global_calls
-from compare._src.rewrite import global_tidy
-from compare._src.rewrite import prove_flag
-from compare._src.rewrite import rewrite_file
-from compare._src.rewrite import rewrite_global
-from compare._src.rewrite import stacked_calls
-from compare._src.rewrite.rewrite_file import RewriteError
 
 EXIT_DONE, EXIT_PERSON = 0, 1
 EXIT_USAGE, EXIT_CRASH = prove_flag.EXIT_USAGE, prove_flag.EXIT_CRASH
-# A global step written without helpers waits for nothing: the program
-# needs no wait, its tests on emulated CPU devices may (docs/REWRITE.md).
-MESH = "on the module's mesh"
-CPU_WAIT = ("the written program waits for no step (no wait is needed on "
-            "real devices): a test running it on emulated CPU devices waits "
-            "for each step it does not read (jax.block_until_ready(out)): "
-            "many steps with collectives queued unread can abort XLA:CPU's "
-            "rendezvous, pmap's program too (docs/REWRITE.md#cpu-wait)")
-_KIND = {"changed": "changed", "person": "NEEDS A PERSON", "kept": "kept",
-         "left": "left"}
-
-
 _EPILOG = """\
 examples:
   python -m compare.rewrite train.py -o train_port.py
@@ -177,10 +162,10 @@ def _rewrite_all(pairs, tree: bool, global_step: bool = False,
       raise RewriteError(f"{source}: cannot read it ({err})") from None
     try:
       if global_step:
-        rewrite = rewrite_global.rewrite_global_source(text, str(source),
+        rewrite = pipeline.rewrite_global_source(text, str(source),
                                                        declared)
       else:
-        rewrite = rewrite_file.rewrite_source(text, str(source))
+        rewrite = pipeline.rewrite_source(text, str(source))
       results.append((source, target, rewrite))
     except RewriteError as err:
       if not (tree and str(err).endswith("no jax.pmap found")):
@@ -217,66 +202,6 @@ def _write(results, tree_root: pathlib.Path | None) -> None:
     if staging:
       shutil.rmtree(staging, ignore_errors=True)
     raise
-
-
-def report_lines(results, global_step: bool = False) -> list[str]:
-  """The report: one line per finding, by file and line, then the counts
-  (with `global_step`, no pointer to the step it already asked for)."""
-  lines, counts = [], {kind: 0 for kind in _KIND}
-  pmaps = placed = declared = public = removed = dead = 0
-  for source, target, rewrite in results:
-    if rewrite is None:
-      continue
-    lines.append(f"{source} -> {target}")
-    for finding in rewrite.findings:
-      counts[finding.kind] += 1
-      if finding.kind == "changed":
-        if finding.text.startswith("pmap over"):
-          pmaps += 1
-        elif finding.text.startswith(stacked_calls.REMOVED):
-          removed += 1
-        elif finding.text.startswith(rewrite_global.DECLARED):
-          declared += 1
-        elif finding.text.startswith(global_calls.CALLERS):
-          public += 1
-        elif finding.text.startswith(global_tidy.DEAD_REMOVED):
-          dead += 1
-        elif not finding.text.startswith(rewrite_global.AXES):
-          placed += 1
-      lines.append(f"  {source}:{finding.line}: {_KIND[finding.kind]}: "
-                   f"{finding.text}")
-  # A file the second step could not take holds the first step.
-  first_only = sum(1 for _, _, rewrite in results if rewrite and any(
-      f.kind == "person" and "global step" in f.text
-      for f in rewrite.findings))
-  if placed or global_step:
-    where = (f"({first_only} file(s) the first step only: the places "
-             "above)" if first_only else "to global arrays")
-    lines.append(f"{pmaps} pmap(s) rewritten {where}, "
-                 + (f"{removed} call(s) jax 0.10 removed rewritten, "
-                    if removed else "")
-                 + f"{placed} "
-                 f"call site(s) moved to global arrays, {counts['person']} "
-                 f"place(s) need a person, {counts['kept']} call site(s) "
-                 "keep pmap's stacked layout (values made or read per "
-                 "device)" + (f", {declared} step(s) on the layout the Port "
-                              "declares" if declared else "")
-                 + (f", {public} public function(s) now taking or returning "
-                    "global arrays (callers in other files: out of view)"
-                    if public else "")
-                 + (f", {dead} dead local name(s) removed" if dead else ""))
-    if any(f.text.startswith("pmap over") and MESH in f.text
-           for _, _, rewrite in results if rewrite for f in rewrite.findings):
-      lines.append(CPU_WAIT)
-    return lines
-  lines.append(f"{pmaps} pmap(s) rewritten, "
-               + (f"{removed} call(s) jax 0.10 removed rewritten, "
-                  if removed else "")
-               + f"{counts['person']} "
-               f"place(s) need a person, {counts['kept']} call site(s) keep "
-               "pmap's stacked layout (the next step: the state placed once "
-               "on the mesh, --global; docs/MIGRATION.md#idiom-map)")
-  return lines
 
 
 def main(argv=None) -> int:
@@ -317,7 +242,7 @@ def main(argv=None) -> int:
   except RewriteCrash as err:
     print(f"compare.rewrite: {err}", file=sys.stderr)
     return EXIT_CRASH
-  lines = report_lines(results, args.global_step)
+  lines = report.report_lines(results, args.global_step)
   print("\n".join(lines))
   if args.report:
     pathlib.Path(args.report).write_text("\n".join(lines) + "\n",

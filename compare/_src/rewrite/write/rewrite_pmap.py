@@ -26,13 +26,18 @@ jit's `static_argnums` (`_pmap_static`).
 What it cannot rewrite safely it leaves as written, with a line saying why.
 """
 
-import dataclasses
-
 import libcst as cst
 from libcst import metadata
 
-from compare._src.rewrite import pmap_arguments
-from compare._src.rewrite import stacked_calls
+from compare._src.rewrite.read import pmap_arguments
+from compare._src.rewrite.read import stacked_calls
+from compare._src.rewrite.read.names import code_of
+from compare._src.rewrite.read.names import dotted
+from compare._src.rewrite.read.names import is_pmap
+from compare._src.rewrite.records import Finding
+from compare._src.rewrite.records import Kind
+from compare._src.rewrite.records import Port
+from compare._src.rewrite.records import Subject
 
 # Collectives whose axis must be one a pmap of this file names.
 _COLLECTIVES = ("pmean", "psum", "pmax", "pmin", "all_gather", "axis_index",
@@ -47,48 +52,6 @@ _FOR_A_PERSON = {
     "backend": "backend: the mesh's devices choose the backend"}
 # Where a port's source names the pmapped function (`Port.template`).
 FUN = "__pmapped_function__"
-
-
-@dataclasses.dataclass(frozen=True)
-class Port:
-  """A pmap rewritten: its line, the function's source, and the port's
-  source with `FUN` in place of the function (`--prove` builds the port of
-  a pmap made inside a function from it)."""
-
-  line: int
-  fun_code: str
-  template: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-  """One line of the report.
-
-  Attributes:
-    line: the line in the input file.
-    kind: "changed", "person" (left as written: it needs a person) or
-      "kept" (pmap's stacked layout kept at a call site; the next step).
-    text: what was done, or why not.
-  """
-
-  line: int
-  kind: str
-  text: str
-
-
-def dotted(node) -> str:
-  """`jax.lax.pmean` for the expression `jax.lax.pmean`, else ""."""
-  if isinstance(node, cst.Name):
-    return node.value
-  if isinstance(node, cst.Attribute):
-    head = dotted(node.value)
-    return f"{head}.{node.attr.value}" if head else ""
-  return ""
-
-
-def is_pmap(node, aliases) -> bool:
-  name = dotted(node)
-  return name in aliases or name == "jax.pmap"
 
 
 def _is_partial(node) -> bool:
@@ -128,21 +91,18 @@ class PmapRewriter(cst.CSTTransformer):
   def _line(self, node) -> int:
     return self.get_metadata(metadata.PositionProvider, node).start.line
 
-  def _code(self, node) -> str:
-    return cst.Module([]).code_for_node(node)
-
   def _arguments(self, args, line):
     """pmap's arguments by name, or None after a `person` finding."""
     named = {}
     for i, arg in enumerate(args):
       if arg.star:
-        self.findings.append(Finding(line, "person", "pmap's arguments "
+        self.findings.append(Finding(line, Kind.PERSON, "pmap's arguments "
                                      "unpacked with */**: cannot read them"))
         return None
       key = arg.keyword.value if arg.keyword else (
           _POSITIONAL[i] if i < len(_POSITIONAL) else None)
       if key not in _KNOWN:
-        self.findings.append(Finding(line, "person", f"pmap argument "
+        self.findings.append(Finding(line, Kind.PERSON, f"pmap argument "
                                      f"{key or i} is not one pmap takes"))
         return None
       named[key] = arg.value
@@ -151,7 +111,7 @@ class PmapRewriter(cst.CSTTransformer):
       self.axes.append(self._axis_value(axis))
     for key, why in _FOR_A_PERSON.items():
       if key in named:
-        self.findings.append(Finding(line, "person", why))
+        self.findings.append(Finding(line, Kind.PERSON, why))
         return None
     return named
 
@@ -166,7 +126,7 @@ class PmapRewriter(cst.CSTTransformer):
     """The port's source with `FUN` for the function, or None."""
     fun_code = FUN
     """The jit(shard_map(...)) source for pmap(fun, **named), or None."""
-    axis = (self._code(named["axis_name"]) if "axis_name" in named
+    axis = (code_of(named["axis_name"]) if "axis_name" in named
             else '"devices"')
     self.unnamed |= "axis_name" not in named
     try:
@@ -175,7 +135,7 @@ class PmapRewriter(cst.CSTTransformer):
       out_axes = (literal(named["out_axes"]) if "out_axes" in named
                   else 0)
     except ValueError as err:
-      self.findings.append(Finding(line, "person", f"in_axes/out_axes: {err}"
+      self.findings.append(Finding(line, Kind.PERSON, f"in_axes/out_axes: {err}"
                                    "; the specs must be known here"))
       return None
     static = ()
@@ -183,31 +143,31 @@ class PmapRewriter(cst.CSTTransformer):
       try:
         static = pmap_arguments.argnums(named["static_broadcasted_argnums"])
       except ValueError as err:
-        self.findings.append(Finding(line, "person", (
+        self.findings.append(Finding(line, Kind.PERSON, (
             f"static_broadcasted_argnums: {err}; jit needs them here")))
         return None
       if isinstance(in_axes, tuple):
         in_axes = tuple(a for i, a in enumerate(in_axes) if i not in static)
-    mesh = (f"_pmap_mesh({axis}, tuple({self._code(named['devices'])}))"
+    mesh = (f"_pmap_mesh({axis}, tuple({code_of(named['devices'])}))"
             if "devices" in named else f"_pmap_mesh({axis})")
-    donate = (f", donate_argnums={self._code(named['donate_argnums'])}"
+    donate = (f", donate_argnums={code_of(named['donate_argnums'])}"
               if "donate_argnums" in named else "")
     in_axes, out_axes, in_code, out_code = self._layout(line, in_axes,
                                                         out_axes, axis)
     self.changed += 1
     self.uses_static = self.uses_static or bool(static)
-    self.findings.append(Finding(line, "changed", (
+    self.findings.append(Finding(line, Kind.CHANGED, (
         f"pmap over {axis} -> jax.jit(jax.shard_map(...)): in_specs "
         f"{in_code}, out_specs {out_code}, "
         "check_vma=False (as pmap runs)"
         + (", donate_argnums kept" if donate else "")
         + (f", static_broadcasted_argnums {static} as jit's static_argnums"
-           if static else ""))))
+           if static else "")), Subject.PMAP))
     pad = " " * 4  # LibCST adds the enclosing block's own indentation.
     specs = (f"{pad}    in_specs=({in_code}, jax.P({axis})),\n"
              f"{pad}    out_specs={out_code},\n")
     called = (f"{pad}{fun_code}, {axis}, in_axes={in_axes!r}"
-              + (f", devices=tuple({self._code(named['devices'])})"
+              + (f", devices=tuple({code_of(named['devices'])})"
                  if "devices" in named else "")
               + (f", static_argnums={static!r}" if static else "") + ")")
     if not static:
@@ -280,17 +240,17 @@ class PmapRewriter(cst.CSTTransformer):
       for node in (original, original.args[0].value):
         self._note_axis(node)
       self.findings.append(Finding(
-          line, "person", "a pmap inside a pmap, left whole: a 2-D mesh "
+          line, Kind.PERSON, "a pmap inside a pmap, left whole: a 2-D mesh "
           "with both axes (docs/MIGRATION.md#nested-pmap)"))
       return updated
     if is_pmap(original.func, self.aliases):
       named = self._arguments(original.args, line)
       if named is None or "fun" not in named:
         if named is not None:
-          self.findings.append(Finding(line, "person", "pmap without a "
+          self.findings.append(Finding(line, Kind.PERSON, "pmap without a "
                                        "function to map"))
         return updated
-      port = self._port(self._code(updated.args[0].value), named, line)
+      port = self._port(code_of(updated.args[0].value), named, line)
       return cst.parse_expression(port) if port else updated
     if tail in _COLLECTIVES and ("lax" in name or name == tail):
       self._collective(original, tail, line)
@@ -299,22 +259,23 @@ class PmapRewriter(cst.CSTTransformer):
         and is_pmap(original.func.args[0].value, self.aliases)):
       named = self._arguments([*original.args, *original.func.args[1:]],
                               line)
-      port = named and self._port(self._code(updated.args[0].value),
+      port = named and self._port(code_of(updated.args[0].value),
                                   named, line)
       return cst.parse_expression(port) if port else updated
     if name.endswith(("nnx.pmap", "filter_pmap")):
-      self.findings.append(Finding(line, "person", (
+      self.findings.append(Finding(line, Kind.PERSON, (
           f"{name}: flax NNX and equinox map their own state; port it to "
           "nnx.shard_map or eqx.filter_shard_map by hand (the guide's "
           "examples/nnx_mlp and examples/equinox_mlp)")))
     if name in stacked_calls.REMOVED_PUTS:
       self.uses_put = True
       helper = stacked_calls.REMOVED_PUTS[name]
-      self.findings += [Finding(line, "changed", stacked_calls.removed(name)),
-                        Finding(line, "kept", stacked_calls.kept(helper))]
+      self.findings += [Finding(line, Kind.CHANGED, stacked_calls.removed(name),
+                                Subject.REMOVED_CALL),
+                        Finding(line, Kind.KEPT, stacked_calls.kept(helper))]
       return updated.with_changes(func=cst.Name(helper))
     if stacked_calls.keeps_stack(name, tail):
-      self.findings.append(Finding(line, "kept", stacked_calls.kept(name)))
+      self.findings.append(Finding(line, Kind.KEPT, stacked_calls.kept(name)))
     return updated
 
   def _collective(self, call, tail, line):
@@ -351,7 +312,7 @@ class PmapRewriter(cst.CSTTransformer):
     if not ports:
       return updated
     if len(ports) > 1 or kept:
-      self.findings.append(Finding(line, "person", "a pmap decorator beside "
+      self.findings.append(Finding(line, Kind.PERSON, "a pmap decorator beside "
                                    "other decorators: their order decides "
                                    "what is mapped"))
       return updated
@@ -369,7 +330,7 @@ class PmapRewriter(cst.CSTTransformer):
     if "*" not in self.axes:
       for line, axis, tail in self._collective_axes:
         if axis not in self.axes:
-          self.findings.append(Finding(line, "person", (
+          self.findings.append(Finding(line, Kind.PERSON, (
               f"{tail} over {axis!r}, an axis no pmap of this file names: "
               "give it the mesh axis it runs under")))
     return updated

@@ -15,16 +15,17 @@ import ast
 import libcst as cst
 from libcst import metadata
 
-from compare._src.rewrite import rewrite_file
-from compare._src.rewrite.rewrite_pmap import Finding
+from compare._src.rewrite.read import names
+from compare._src.rewrite.records import Finding
+from compare._src.rewrite.records import Kind
 
 _MARK = "  # compare.rewrite: set aside, never called"
 
 
 def _pmap_lines(source: str) -> list[int]:
   module = cst.parse_module(source)
-  references = rewrite_file._References(  # pylint: disable=protected-access
-      rewrite_file.pmap_aliases(module))
+  references = names.References(  # pylint: disable=protected-access
+      names.pmap_aliases(module))
   metadata.MetadataWrapper(module).visit(references)
   return references.lines
 
@@ -95,7 +96,7 @@ def restored(code: str, source: str, functions) -> str:
 
 def findings(functions, source: str) -> list[Finding]:
   lines = _pmap_lines(source)
-  return [Finding(node.lineno, "left", (
+  return [Finding(node.lineno, Kind.LEFT, (
       f"{node.name} is never called in this file: its pmap (line(s) "
       f"{[l for l in lines if node.lineno <= l <= node.end_lineno]}) is "
       "left as written (jax.pmap still runs on jax 0.10); delete the "

@@ -10,7 +10,7 @@ import dataclasses
 import libcst as cst
 from libcst import metadata
 
-from compare._src.rewrite.global_layouts_types import S
+from compare._src.rewrite.layouts import S
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The global step written without helpers (`global_written` says how).
 
-`PlainRewriter` is `rewrite_global.GlobalRewriter` with each step written
+`PlainRewriter` is `global_rewriter.GlobalRewriter` with each step written
 as `jax.jit(jax.shard_map(f, mesh=mesh, ...))` on one module-level mesh,
 placements naming module-level shardings, no `_pmap_*` helper. `plan`
 decides, before writing, whether a file can be written so and with what
@@ -14,15 +14,20 @@ import dataclasses
 import libcst as cst
 from libcst import metadata
 
-from compare._src.rewrite import global_joined
-from compare._src.rewrite import global_keywords
-from compare._src.rewrite import global_written
-from compare._src.rewrite import pmap_arguments
-from compare._src.rewrite import rewrite_global
-from compare._src.rewrite import rewrite_pmap
-from compare._src.rewrite import rewrite_file
-from compare._src.rewrite.global_layouts_types import B, R, S
-from compare._src.rewrite.rewrite_pmap import Finding
+from compare._src.rewrite import records
+from compare._src.rewrite.layouts import B, R, S
+from compare._src.rewrite.read import names
+from compare._src.rewrite.read import pmap_arguments
+from compare._src.rewrite.read.names import code_of
+from compare._src.rewrite.records import Finding
+from compare._src.rewrite.records import Kind
+from compare._src.rewrite.records import Subject
+from compare._src.rewrite.write import global_joined
+from compare._src.rewrite.write import global_keywords
+from compare._src.rewrite.write import global_rewriter
+from compare._src.rewrite.write import global_written
+from compare._src.rewrite.write import imports
+from compare._src.rewrite.write import rewrite_pmap
 
 
 @dataclasses.dataclass
@@ -102,7 +107,7 @@ def _own_function(fun, loads) -> str | None:
   """The module-level function a pmap maps (`f`, or `functools.partial(f,
   k=v)`: keywords only, the positions stay the function's) where that
   pmap is the one read of it, else None."""
-  if isinstance(fun, cst.Call) and rewrite_pmap.dotted(fun.func) in (
+  if isinstance(fun, cst.Call) and names.dotted(fun.func) in (
       "functools.partial", "partial") and fun.args and all(
           a.keyword is not None for a in fun.args[1:]):
     fun = fun.args[0].value
@@ -111,7 +116,7 @@ def _own_function(fun, loads) -> str | None:
   return None
 
 
-class PlainRewriter(rewrite_global.GlobalRewriter):
+class PlainRewriter(global_rewriter.GlobalRewriter):
   """`GlobalRewriter` writing each step on the module's mesh, no helper.
   `unplain` says why a step could not be written so (the caller then
   writes the file with the helpers)."""
@@ -134,17 +139,17 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
     # Named where two placements share it, written in place where one.
     self.shardings[kind] = self.shardings.get(kind, 0) + 1
     if self._plan.joined:  # on the mesh jax is set to
-      return rewrite_global._spec(kind, self._axis)  # pylint: disable=protected-access
+      return global_rewriter.spec(kind, self._axis)
     if kind in self._plan.inline:
       return (f"jax.NamedSharding({self._plan.names['mesh']}, "
-              f"{rewrite_global._spec(kind, self._axis)})")  # pylint: disable=protected-access
+              f"{global_rewriter.spec(kind, self._axis)})")
     return self._plan.names[kind]
 
   def _parts(self, named, line):
     """`(shard_map's keyword parts, donate code, stacked argument
     positions, stacked output positions)` of the pmap at `line`, with its
     finding."""
-    axis = (self._code(named["axis_name"]) if "axis_name" in named
+    axis = (code_of(named["axis_name"]) if "axis_name" in named
             else '"devices"')
     literal = pmap_arguments.axes_literal
     in_axes = literal(named["in_axes"]) if "in_axes" in named else 0
@@ -154,10 +159,10 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
     in_code = global_written.specs(self.kinds + [S] * len(keywords), axis)
     out_code = global_written.specs(self.outs, axis)
     vma = self._plan.vma.get(line)
-    donate = (self._code(named["donate_argnums"])
+    donate = (code_of(named["donate_argnums"])
               if "donate_argnums" in named else None)
     self.changed += 1
-    self.findings.append(Finding(line, "changed", (
+    self.findings.append(Finding(line, Kind.CHANGED, (
         f"pmap over {axis} -> jax.jit(jax.shard_map(...)) on the "
         + ("mesh set after the join" if self._plan.joined else
            "module's mesh") + f": in_specs {in_code}, out_specs {out_code}, "
@@ -166,7 +171,8 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
         + (f"; called with keyword argument(s) {', '.join(keywords)}, "
            "which shard_map does not take: passed by position now, the "
            "step a lambda that names them, each with pmap's per-device view"
-           if keywords else ""))))
+           if keywords else "")), Subject.PMAP,
+        module_mesh=not self._plan.joined))
     stacked_args = [i for i, k in enumerate(self.kinds) if k == S]
     stacked_outs = ({None} if self.one_out and self.outs[0] == S else
                     {j for j, k in enumerate(self.outs) if k == S}
@@ -190,8 +196,8 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
         self._viewed(line, stacked_args, stacked_outs)
     # Wrapped on the function's own source from the column the pmap's call
     # starts at (after its target's `x = `), then templated as the first
-    # step's ports are (`rewrite_pmap.Port`).
-    fun_code = self._code(named["fun"])
+    # step's ports are (`records.Port`).
+    fun_code = code_of(named["fun"])
     mapped = fun_code
     name = self._steps[line].name
     if name in self._plan.keywords:
@@ -203,10 +209,10 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
 
   def leave_Call(self, original, updated):
     written = super().leave_Call(original, updated)
-    name = rewrite_pmap.dotted(original.func)
+    name = names.dotted(original.func)
     if name in self._plan.keywords and isinstance(written, cst.Call):
       keywords = self._plan.keywords[name][1]
-      self.findings.append(Finding(self._line(original), "changed", (
+      self.findings.append(Finding(self._line(original), Kind.CHANGED, (
           f"{name}(..., {', '.join(f'{k}=' for k in keywords)}...) -> "
           f"{name}(..., {', '.join(keywords)}): shard_map takes no keyword "
           "argument; the step's lambda names them")))
@@ -215,7 +221,8 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
 
   def _viewed(self, line, stacked_args, stacked_outs):
     # The pmap's own finding says where pmap's view stays, and how.
-    self.findings[-1] = Finding(line, "changed", self.findings[-1].text + (
+    self.findings[-1] = dataclasses.replace(self.findings[-1], line=line, text=(
+        self.findings[-1].text +
         "; pmap's per-device view of its "
         + ", ".join([f"argument {i}" for i in stacked_args]
                     + [f"output {j}" if j is not None else "output"
@@ -259,7 +266,7 @@ class PlainRewriter(rewrite_global.GlobalRewriter):
       updated = viewed
       self._viewed(line, stacked_args, stacked_outs)
     self.uses_functools = True
-    self.ports.append(rewrite_pmap.Port(line, updated.name.value, ""))
+    self.ports.append(records.Port(line, updated.name.value, ""))
     column = self.get_metadata(metadata.PositionProvider,
                                original).start.column
     return updated.with_changes(decorators=[
@@ -293,11 +300,11 @@ def write(wrapper, module, first, steps, replace, axis, known, declared,
   if writer.unplain:
     return f"the first step's helpers stay in this file: {writer.unplain}"
   if plain.joined:
-    code = rewrite_file.with_mesh(new.code, module, "",
+    code = imports.with_mesh(new.code, module, "",
                                   writer.uses_functools)
     code, _ = global_joined.set_mesh_after_join(code, axis)
     line, _ = global_joined.where(source)
-    writer.findings.append(Finding(line, "changed", (
+    writer.findings.append(Finding(line, Kind.CHANGED, (
         "jax.set_mesh(Mesh(every process's devices)) after the join: the "
         "steps' shard_map name no mesh and the placements only a "
         "jax.P(...); a mesh built at import would start the backend before "
@@ -306,6 +313,6 @@ def write(wrapper, module, first, steps, replace, axis, known, declared,
   bound = {"mesh": plain.names["mesh"],
            **{k: plain.names[k] for k in writer.shardings
               if k not in plain.inline}}
-  return rewrite_file.with_mesh(
+  return imports.with_mesh(
       new.code, module, global_written.mesh_block(axis, bound),
       writer.uses_functools), writer

@@ -8,9 +8,11 @@ step that layout and the findings that say so (`rewrite_global`).
 
 import dataclasses
 
-from compare._src.rewrite import global_layouts
-from compare._src.rewrite.global_layouts import B, R
-from compare._src.rewrite.rewrite_pmap import Finding
+from compare._src.rewrite.plan import global_layouts
+from compare._src.rewrite.plan.global_layouts import B, R
+from compare._src.rewrite.records import Finding
+from compare._src.rewrite.records import Kind
+from compare._src.rewrite.records import Subject
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,13 +55,14 @@ def as_declared(step, declared) -> list:
   of this file can tell that they do)."""
   step.args, step.outs = declared.mapped(step), list(declared.outs)
   kept = global_layouts.S in step.args
-  return [Finding(step.line, "changed", (
+  return [Finding(step.line, Kind.CHANGED, (
       f"{DECLARED}{step.name} takes the state placed once with "
       "NamedSharding(mesh, P()) and the global batch with P(axis)"
       + (", what the Port passes after the batch in pmap's stacked layout"
          if kept else "") + ", and returns the state so and its metrics "
-      "per device, as the Port's port_step (declared by --prove)")),
-          Finding(step.line, "person", (
+      "per device, as the Port's port_step (declared by --prove)"),
+                  Subject.DECLARED),
+          Finding(step.line, Kind.PERSON, (
               f"{step.name}'s callers are outside this file: each must now "
               "pass the state placed once with NamedSharding(mesh, P()) "
               "(not replicate) and the global batch with P(axis) (not "

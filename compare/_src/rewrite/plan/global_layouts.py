@@ -1,6 +1,6 @@
 """Where each value a pmapped step takes comes from: the global step's reading.
 
-`python -m compare.rewrite --global` (`compare._src.rewrite.rewrite_global`) places
+`python -m compare.rewrite --global` (`pipeline`) places
 the state once on the mesh and each batch as one global array. For that it
 must know, for each argument of each pmapped step, which layout it arrives
 in once the file's `replicate`/`shard` calls are rewritten:
@@ -29,21 +29,21 @@ not written for the file.
 
 import libcst as cst
 
-from compare._src.rewrite import global_calls
-from compare._src.rewrite import global_handed
-from compare._src.rewrite import global_reader
-from compare._src.rewrite import rewrite_pmap
-from compare._src.rewrite.global_idioms import code_of
-from compare._src.rewrite.global_idioms import root_name
-from compare._src.rewrite.global_idioms import is_replicate_call
-from compare._src.rewrite.global_idioms import is_shard_call
-from compare._src.rewrite.global_layouts_types import B
-from compare._src.rewrite.global_layouts_types import Blocker
-from compare._src.rewrite.global_layouts_types import CONFLICT
-from compare._src.rewrite.global_layouts_types import CYCLE
-from compare._src.rewrite.global_layouts_types import R
-from compare._src.rewrite.global_layouts_types import S
-from compare._src.rewrite.global_layouts_types import StepLayout
+from compare._src.rewrite.layouts import B
+from compare._src.rewrite.layouts import Blocker
+from compare._src.rewrite.layouts import CONFLICT
+from compare._src.rewrite.layouts import CYCLE
+from compare._src.rewrite.layouts import R
+from compare._src.rewrite.layouts import S
+from compare._src.rewrite.layouts import StepLayout
+from compare._src.rewrite.read import global_calls
+from compare._src.rewrite.read import global_handed
+from compare._src.rewrite.read import global_reader
+from compare._src.rewrite.read import names
+from compare._src.rewrite.read.global_idioms import is_replicate_call
+from compare._src.rewrite.read.global_idioms import is_shard_call
+from compare._src.rewrite.read.global_idioms import root_name
+from compare._src.rewrite.read.names import code_of
 
 __all__ = ["B", "Blocker", "CONFLICT", "R", "S", "StepLayout", "read"]
 
@@ -242,7 +242,7 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
       return self.structure_kind(scope, node, line, depth)
     if global_calls.is_replace(node):
       return self.replace_kind(scope, node, line, depth)
-    if isinstance(node, cst.Call) and rewrite_pmap.dotted(
+    if isinstance(node, cst.Call) and names.dotted(
         node.func) in self.r.steps:
       return self.inline_output_kind(node)
     root = root_name(node)

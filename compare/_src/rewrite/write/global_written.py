@@ -35,8 +35,9 @@ Why each piece:
 
 import libcst as cst
 
-from compare._src.rewrite import rewrite_pmap
-from compare._src.rewrite.global_layouts_types import B, R, S
+from compare._src.rewrite.layouts import B, R, S
+from compare._src.rewrite.read.names import code_of
+from compare._src.rewrite.read.names import dotted
 
 REDUCERS = ("pmean", "psum", "pmax", "pmin", "all_gather")
 GRADIENTS = ("grad", "value_and_grad", "vjp")
@@ -49,17 +50,13 @@ UNSTACK = "jax.tree.map(lambda a: a[0], {})"
 STACK = "jax.tree.map(lambda a: jax.numpy.expand_dims(a, 0), {})"
 
 
-def code(node) -> str:
-  return cst.Module([]).code_for_node(node)
-
-
 def mapped_name(fun_code: str) -> str | None:
   """The function a pmap maps: `f` for `f` or `functools.partial(f, ...)`."""
   try:
     node = cst.parse_expression(fun_code)
   except cst.ParserSyntaxError:
     return None
-  if isinstance(node, cst.Call) and rewrite_pmap.dotted(node.func) in (
+  if isinstance(node, cst.Call) and dotted(node.func) in (
       "functools.partial", "partial") and node.args:
     node = node.args[0].value
   return node.value if isinstance(node, cst.Name) else None
@@ -99,7 +96,7 @@ def _own_nodes(fn, kind):
 def _is_reducer(node) -> bool:
   if not isinstance(node, cst.Call):
     return False
-  name = rewrite_pmap.dotted(node.func)
+  name = dotted(node.func)
   tail = name.rsplit(".", 1)[-1]
   return tail in REDUCERS and (name == tail or ".lax." in f".{name}")
 
@@ -141,7 +138,7 @@ def gradient_line(fn, functions, position, seen=()) -> tuple | None:
   """`(call, line)` of a gradient `fn` takes (`jax.grad`, `value_and_grad`,
   `vjp`), in its body or a function of the file it calls, else None."""
   for call in _own_nodes(fn, cst.Call):
-    name = rewrite_pmap.dotted(call.func)
+    name = dotted(call.func)
     if name.rsplit(".", 1)[-1] in GRADIENTS:
       return name, position(call)
     callee = functions.get(name)
@@ -272,12 +269,12 @@ def per_device(fn, stacked_args, stacked_outs):
       value = updated.value
       if None in stacked_outs:
         return updated.with_changes(value=cst.parse_expression(
-            STACK.format(code(value))))
+            STACK.format(code_of(value))))
       if not isinstance(value, cst.Tuple):
         raise ValueError("not a tuple")
       return updated.with_changes(value=value.with_changes(elements=[
           e.with_changes(value=cst.parse_expression(STACK.format(
-              code(e.value)))) if j in stacked_outs else e
+              code_of(e.value)))) if j in stacked_outs else e
           for j, e in enumerate(value.elements)]))
 
     def leave_FunctionDef(self, original, updated):

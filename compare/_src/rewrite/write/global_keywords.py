@@ -25,7 +25,7 @@ keyword names, the lambda's source, and the calls rewritten.
 
 import libcst as cst
 
-from compare._src.rewrite import rewrite_pmap
+from compare._src.rewrite.read import names
 
 UNSTACK = "jax.tree.map(lambda a: a[0], {})"
 
@@ -38,7 +38,7 @@ def _calls(module, step_names) -> dict:
   class Calls(cst.CSTVisitor):
 
     def visit_Call(self, node):
-      name = rewrite_pmap.dotted(node.func)
+      name = names.dotted(node.func)
       if name in step_names:
         found.setdefault(name, []).append(
             None if any(a.star for a in node.args) else
@@ -49,7 +49,7 @@ def _calls(module, step_names) -> dict:
 
 
 def _function_name(fun):
-  if isinstance(fun, cst.Call) and rewrite_pmap.dotted(fun.func) in (
+  if isinstance(fun, cst.Call) and names.dotted(fun.func) in (
       "functools.partial", "partial") and fun.args and all(
           a.keyword is not None for a in fun.args[1:]):
     fun = fun.args[0].value

@@ -24,17 +24,17 @@ import dataclasses
 
 import libcst as cst
 
-from compare._src.rewrite import rewrite_pmap
-from compare._src.rewrite.global_idioms import code_of
-from compare._src.rewrite.global_layouts_types import B
-from compare._src.rewrite.global_layouts_types import Blocker
-from compare._src.rewrite.global_layouts_types import CONFLICT
-from compare._src.rewrite.global_layouts_types import CYCLE
-from compare._src.rewrite.global_layouts_types import R
-from compare._src.rewrite.global_layouts_types import S
+from compare._src.rewrite.layouts import B
+from compare._src.rewrite.layouts import Blocker
+from compare._src.rewrite.layouts import CONFLICT
+from compare._src.rewrite.layouts import CYCLE
+from compare._src.rewrite.layouts import R
+from compare._src.rewrite.layouts import S
+from compare._src.rewrite.read import names
+from compare._src.rewrite.read.names import code_of
 
 PLACED = (R, B, "biter")
-CALLERS = "callers in other files: "  # how the report counts the notes
+CALLERS = "callers in other files: "  # the notes' words (Subject.PUBLIC)
 _LITERALS = (cst.Integer, cst.Float, cst.SimpleString)
 
 
@@ -60,7 +60,7 @@ def is_replace(node) -> bool:
 def structure_values(node):
   """The values of `dict(k=v, ...)` or `{k: v, ...}` (`dict(params=params)`
   handed to vision_transformer's `infer_fn_repl`), else None."""
-  if (isinstance(node, cst.Call) and rewrite_pmap.dotted(node.func) == "dict"
+  if (isinstance(node, cst.Call) and names.dotted(node.func) == "dict"
       and node.args and all(a.keyword is not None for a in node.args)):
     return [a.value for a in node.args]
   if isinstance(node, cst.Dict) and node.elements and all(
@@ -123,7 +123,7 @@ class Followed:
   def _calls_of(self, function) -> list:
     """The line of each call of `function` by its name."""
     return [line for line, call in self.r.seen_calls
-            if rewrite_pmap.dotted(call.func) == function]
+            if names.dotted(call.func) == function]
 
   def _as_value(self, name) -> list:
     """The lines where `name` is read other than as the function called."""
@@ -252,7 +252,7 @@ class Followed:
 
   def inline_output_kind(self, node):
     """A step's output used where it is made (`x.replace(k=step(...))`)."""
-    step = self.r.steps.get(rewrite_pmap.dotted(node.func))
+    step = self.r.steps.get(names.dotted(node.func))
     return step.outs if isinstance(step.outs, str) else S
 
   def returned(self, function, depth=0, at=None):
@@ -295,7 +295,7 @@ class Followed:
     form = (f"x = {function}(...)" if length is None else
             ", ".join("xyzuvw"[:length]) + f" = {function}(...)")
     for at, call in self.r.seen_calls:
-      if rewrite_pmap.dotted(call.func) != function:
+      if names.dotted(call.func) != function:
         continue
       if (id(call) not in self.r.assigned_calls if length is None
           else self.r.unpacked_calls.get(id(call)) != length):

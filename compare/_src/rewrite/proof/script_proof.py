@@ -28,7 +28,7 @@ import numpy as np
 from compare import conversions
 from compare._src.prove import adapt
 from compare._src.prove import port as port_module
-from compare._src.rewrite import written_axes
+from compare._src.rewrite.proof import written_axes
 
 SPEC = "__main__"
 

@@ -25,7 +25,7 @@ the line it follows.
 import libcst as cst
 from libcst import metadata
 
-from compare._src.rewrite import rewrite_pmap
+from compare._src.rewrite.read import names
 
 JOIN = "jax.distributed.initialize"
 _STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
@@ -55,7 +55,7 @@ class _Joins(cst.CSTVisitor):
     self.stack, self.found = [], []
 
   def on_visit(self, node):
-    if isinstance(node, cst.Call) and rewrite_pmap.dotted(node.func) == JOIN:
+    if isinstance(node, cst.Call) and names.dotted(node.func) == JOIN:
       self.found.append(list(self.stack))
     if isinstance(node, (cst.Module, cst.FunctionDef, cst.Else,
                          cst.ExceptHandler, cst.Finally, *_STATEMENTS)):

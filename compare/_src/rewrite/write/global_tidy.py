@@ -19,13 +19,14 @@ import tokenize
 
 import libcst as cst
 
-from compare._src.rewrite.rewrite_pmap import Finding
+from compare._src.rewrite.records import Finding
+from compare._src.rewrite.records import Kind
+from compare._src.rewrite.records import Subject
 
 # Words of a comment about pmap's layout that the global step changed.
 STALE = re.compile(r"\[0\]|leading (dimension|axis)|first device|replicat|"
                    r"(each|every|per) device|stacked", re.I)
-LEFT = "left"
-DEAD_REMOVED = "dead local removed: "  # how the report counts them
+DEAD_REMOVED = "dead local removed: "  # their words (Subject.DEAD)
 # The calls whose value is all a dead assignment makes: removing it
 # changes nothing but that a value is not made.
 PURE_CALLS = frozenset({"jax.local_device_count", "jax.device_count",
@@ -149,9 +150,10 @@ def tidied(source: str, code: str) -> tuple[str, list[Finding]]:
       break
     code = new
     removed += remover.removed
-  return code, [Finding(lines[name], "changed", (
+  return code, [Finding(lines[name], Kind.CHANGED, (
       f"{DEAD_REMOVED}{name}: nothing reads it now (it fed pmap's stacked "
-      "layout), and as its function's own name nothing out of view can"))
+      "layout), and as its function's own name nothing out of view can"),
+                        Subject.DEAD)
                 for name in dict.fromkeys(removed)]
 
 
@@ -184,11 +186,11 @@ def step_bodies(source: str, ports) -> list[tuple[int, int]]:
 def findings(source: str, code: str, ports, wrapper=None) -> list[Finding]:
   """The `left` findings of a written global step."""
   del wrapper
-  out = [Finding(line, LEFT, (
+  out = [Finding(line, Kind.LEFT, (
       f"{name} is no longer used: the global step reads it nowhere (it fed "
       "pmap's stacked layout); remove it unless code outside this file "
       "reads it")) for name, line in dead_names(source, code)]
-  out += [Finding(line, LEFT, (
+  out += [Finding(line, Kind.LEFT, (
       f"a comment about pmap's layout, now stale: {text.strip()!r} (the "
       "state is one value placed with P(), the batch one global array)"))
           for line, text in stale_comments(source, code,

@@ -13,10 +13,10 @@ parameter something else or gives the step under another name, or the
 body hands the parameter on again or reads it other than by calling it.
 """
 
-from compare._src.rewrite import global_calls
-from compare._src.rewrite import rewrite_pmap
-from compare._src.rewrite.global_idioms import root_name
-from compare._src.rewrite.global_layouts_types import Blocker
+from compare._src.rewrite.layouts import Blocker
+from compare._src.rewrite.read import global_calls
+from compare._src.rewrite.read import names
+from compare._src.rewrite.read.global_idioms import root_name
 
 
 def _used_as_value(line, name) -> Blocker:
@@ -83,7 +83,7 @@ class Handed:
       return (f"given to {function}'s parameter {param}, another name: the "
               f"reading goes by name; name the parameter {name}")
     for scope, _, line, call in self.r.function_calls:
-      if rewrite_pmap.dotted(call.func) != function:
+      if names.dotted(call.func) != function:
         continue
       value = global_calls.argument(definition.node, call, param)
       if not (value is not None and value is not False

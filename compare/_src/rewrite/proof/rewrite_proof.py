@@ -28,11 +28,11 @@ import tempfile
 from compare._src.prove import port as port_module
 from compare._src.prove import port_steps
 from compare._src.prove import proof as proof_module
-from compare._src.rewrite import global_joined
-from compare._src.rewrite import global_keywords
-from compare._src.rewrite import rewrite_cost
-from compare._src.rewrite import rewrite_file
-from compare._src.rewrite import written_axes
+from compare._src.rewrite import pipeline
+from compare._src.rewrite.proof import rewrite_cost
+from compare._src.rewrite.proof import written_axes
+from compare._src.rewrite.write import global_joined
+from compare._src.rewrite.write import global_keywords
 
 
 def original_name(port, source: pathlib.Path) -> str | None:
@@ -62,7 +62,7 @@ def _mapped_function(pmap_step, source: pathlib.Path):
 def _local_ports(name: str, source: pathlib.Path) -> list:
   """The first step's ports of `source`'s pmaps that map `name`."""
   mentions = re.compile(rf"\b{re.escape(name)}\b")
-  return [p for p in rewrite_file.rewrite_source(source.read_text()).ports
+  return [p for p in pipeline.rewrite_source(source.read_text()).ports
           if mentions.search(p.fun_code)]
 
 
@@ -388,7 +388,7 @@ def _what_moved(port, source, target, global_port, axes, mesh) -> list:
   first step written to a temporary folder) and the global one."""
   with tempfile.TemporaryDirectory() as folder:
     first = pathlib.Path(folder) / target.name
-    first.write_text(rewrite_file.rewrite_source(source.read_text()).code)
+    first.write_text(pipeline.rewrite_source(source.read_text()).code)
     first_port, first_axes, _ = _written_port(port, source, first)
   first_axes = {k: v if isinstance(v, tuple) else (v, v)
                 for k, v in first_axes.items()}

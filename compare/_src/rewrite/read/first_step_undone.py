@@ -22,8 +22,8 @@ import re
 import libcst as cst
 
 from compare._src.rewrite import rewrite_helpers
-from compare._src.rewrite import rewrite_pmap
-from compare._src.rewrite import stacked_calls
+from compare._src.rewrite.read import names
+from compare._src.rewrite.read import stacked_calls
 
 MARK = "# compare.rewrite's helpers"
 
@@ -41,18 +41,18 @@ class _Undo(cst.CSTTransformer):
   """Each `_pmap_call(...)` port back to its `jax.pmap(...)`."""
 
   def leave_Call(self, original, updated):
-    if rewrite_pmap.dotted(updated.func) != "_pmap_call":
+    if names.dotted(updated.func) != "_pmap_call":
       return updated
-    code = cst.Module([]).code_for_node
+    code = names.code_of
     try:
       jit = updated.args[0].value.body
       keywords = jit.args[0].value
       shard_map = keywords.args[0].value
       view = shard_map.args[0].value
       mesh = _argument(shard_map, "mesh")
-      assert rewrite_pmap.dotted(keywords.func) == "_pmap_keywords"
-      assert rewrite_pmap.dotted(view.func) == "_pmap_view"
-      assert rewrite_pmap.dotted(mesh.func) == "_pmap_mesh"
+      assert names.dotted(keywords.func) == "_pmap_keywords"
+      assert names.dotted(view.func) == "_pmap_view"
+      assert names.dotted(mesh.func) == "_pmap_mesh"
     except (AttributeError, IndexError, AssertionError):
       raise UndoError(
           "a _pmap_call(...) port the first step does not write "
@@ -91,7 +91,7 @@ def _decorated(body) -> list:
         and isinstance(small.targets[0].target, cst.Name)
         and small.targets[0].target.value == previous.name.value
         and isinstance(small.value, cst.Call)
-        and rewrite_pmap.dotted(small.value.func) == "jax.pmap"
+        and names.dotted(small.value.func) == "jax.pmap"
         and isinstance(small.value.args[0].value, cst.Name)
         and small.value.args[0].value.value == previous.name.value):
       rest = ", ".join(cst.Module([]).code_for_node(a).rstrip(", ")

@@ -3,21 +3,18 @@
 `replicate` (flax's, and the pmap tutorial's `jnp.array([x] * n)`),
 `common_utils.shard` (and the tutorial's reshape to `[devices, ...]`),
 `unreplicate`, `x[0]` and `jax.tree.map(lambda y: y[0], x)`
-(`compare._src.rewrite.global_layouts` reads where they are).
+(`plan.global_layouts` reads where they are).
 """
 
 import re
 
 import libcst as cst
 
-from compare._src.rewrite import rewrite_pmap
+from compare._src.rewrite.read import names
+from compare._src.rewrite.read.names import code_of
 
 TREE_MAPS = ("jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map",
               "tree_map", "tree.map")
-
-
-def code_of(node) -> str:
-  return cst.Module([]).code_for_node(node)
 
 
 class Known:
@@ -72,7 +69,7 @@ def is_replicate_call(node, known: Known | None = None) -> bool:
   `f` (`is_replicator`, or a name `known` binds to one)."""
   if not isinstance(node, cst.Call):
     return False
-  name = rewrite_pmap.dotted(node.func)
+  name = names.dotted(node.func)
   if name.endswith("replicate") and not name.endswith("unreplicate") and (
       "jax_utils" in name or name == "replicate"):
     return True
@@ -89,12 +86,12 @@ def is_shard_call(node, known: Known) -> bool:
   """`common_utils.shard(x)`, or a call of one of `known.splitters`."""
   if not isinstance(node, cst.Call):
     return False
-  name = rewrite_pmap.dotted(node.func)
+  name = names.dotted(node.func)
   return name.endswith("common_utils.shard") or name in known.splitters
 
 
 def is_unreplicate_call(node) -> bool:
-  return isinstance(node, cst.Call) and rewrite_pmap.dotted(
+  return isinstance(node, cst.Call) and names.dotted(
       node.func).endswith("unreplicate") and len(node.args) == 1
 
 
@@ -108,7 +105,7 @@ def is_index0(node) -> bool:
 
 def is_tree_index0(node) -> bool:
   """`jax.tree.map(lambda x: x[0], tree)`."""
-  if not (isinstance(node, cst.Call) and rewrite_pmap.dotted(node.func)
+  if not (isinstance(node, cst.Call) and names.dotted(node.func)
           in TREE_MAPS and len(node.args) == 2
           and isinstance(node.args[0].value, cst.Lambda)):
     return False
@@ -123,10 +120,10 @@ def is_tree_to_global(node) -> bool:
   tree)` (flax wmt's, before Orbax saves a pmap state): of a
   value placed with `P()` it is that value again, on a mesh of
   `jax.devices()` (docs/jax-facts.md), so the read keeps it as it is."""
-  return (isinstance(node, cst.Call) and rewrite_pmap.dotted(node.func)
+  return (isinstance(node, cst.Call) and names.dotted(node.func)
           in TREE_MAPS and len(node.args) == 2
           and not any(a.keyword or a.star for a in node.args)
-          and rewrite_pmap.dotted(node.args[0].value).endswith(
+          and names.dotted(node.args[0].value).endswith(
               "fully_replicated_host_local_array_to_global_array"))
 
 
@@ -164,7 +161,7 @@ def splitter_name(node) -> str | None:
 def is_prefetch(node) -> bool:
   """`prefetch_to_device(batches, n)`, its batches given first by position:
   the global step places each batch it yields (`rewrite_global`)."""
-  return (isinstance(node, cst.Call) and rewrite_pmap.dotted(
+  return (isinstance(node, cst.Call) and names.dotted(
       node.func).endswith("prefetch_to_device") and bool(node.args)
           and node.args[0].keyword is None and not node.args[0].star)
 

@@ -10,11 +10,11 @@ command sets the emulated device count first.
 import pathlib
 import sys
 
+from compare._src.rewrite import pipeline
+from compare._src.rewrite.records import RewriteError
 from shardport.launch import distributed
 from shardport.launch import emulation
 from shardport.launch import options
-from compare._src.rewrite import rewrite_global
-from compare._src.rewrite.rewrite_file import RewriteError
 
 EXIT_USAGE, EXIT_CRASH = 2, 4
 # `--prove __main__`: the Port is made of both files run as scripts
@@ -40,9 +40,9 @@ def load_port(spec: str, args):
 def declared_step(port, source: pathlib.Path):
   """The step of `source` whose layout the Port declares (its `pmap_step`,
   or the step a `compare.adapt_step` adapts), as a
-  `rewrite_global.Declared`; None where `source` names neither."""
+  `pipeline.Declared`; None where `source` names neither."""
   import dataclasses  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  from compare._src.rewrite import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from compare._src.rewrite.proof import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   if port == SCRIPTS:
     return None  # the scripts' Port is made when proved
   signature = getattr(port.pmap_step, "signature", None)
@@ -50,21 +50,21 @@ def declared_step(port, source: pathlib.Path):
       port, pmap_step=signature.step)
   name = rewrite_proof.original_name(step, source)
   if name is not None:
-    return rewrite_global.Declared.of(name, signature)
+    return pipeline.Declared.of(name, signature)
   line = rewrite_proof.local_pmap_line(step.pmap_step, source)
-  return None if line is None else rewrite_global.Declared.of(
+  return None if line is None else pipeline.Declared.of(
       f"the pmap of line {line}", signature, line)
 
 
 def prove(port, pair, args) -> int:
   """`--prove`: the proof's exit code, 2 for a Port that cannot be proved,
   4 for a crash (the rewrite and its report are written by then)."""
-  from compare._src.rewrite import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from compare._src.rewrite.proof import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   from compare._src.prove.port import PortError  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   try:
     written = None
     if port == SCRIPTS:
-      from compare._src.rewrite import script_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+      from compare._src.rewrite.proof import script_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
       port, written = script_proof.port_of_scripts(
           *pair, args.steps or SCRIPT_STEPS)
     return rewrite_proof.prove(port, *pair, steps=args.steps,

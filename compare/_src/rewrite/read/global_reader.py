@@ -1,28 +1,28 @@
 """The reading behind the global step: every step, call, binding and read
-of a module (`compare._src.rewrite.global_layouts` answers from it)."""
+of a module (`plan.global_layouts` answers from it)."""
 
 import libcst as cst
 from libcst import metadata
 
-from compare._src.rewrite import global_calls
-from compare._src.rewrite import global_idioms
-from compare._src.rewrite import global_scopes
-from compare._src.rewrite import rewrite_pmap
-from compare._src.rewrite import stacked_calls
-from compare._src.rewrite.global_idioms import is_index0
-from compare._src.rewrite.global_idioms import is_prefetch
-from compare._src.rewrite.global_idioms import is_replicate_call
-from compare._src.rewrite.global_idioms import is_shard_call
-from compare._src.rewrite.global_idioms import is_tree_index0
-from compare._src.rewrite.global_idioms import is_unreplicate_call
-from compare._src.rewrite.global_idioms import root_name
-from compare._src.rewrite.global_idioms import splitter_name
-from compare._src.rewrite.global_idioms import static_argnums
-from compare._src.rewrite.global_layouts_types import B
-from compare._src.rewrite.global_layouts_types import Blocker
-from compare._src.rewrite.global_layouts_types import R
-from compare._src.rewrite.global_layouts_types import S
-from compare._src.rewrite.global_layouts_types import StepLayout
+from compare._src.rewrite.layouts import B
+from compare._src.rewrite.layouts import Blocker
+from compare._src.rewrite.layouts import R
+from compare._src.rewrite.layouts import S
+from compare._src.rewrite.layouts import StepLayout
+from compare._src.rewrite.read import global_calls
+from compare._src.rewrite.read import global_idioms
+from compare._src.rewrite.read import global_scopes
+from compare._src.rewrite.read import names
+from compare._src.rewrite.read import stacked_calls
+from compare._src.rewrite.read.global_idioms import is_index0
+from compare._src.rewrite.read.global_idioms import is_prefetch
+from compare._src.rewrite.read.global_idioms import is_replicate_call
+from compare._src.rewrite.read.global_idioms import is_shard_call
+from compare._src.rewrite.read.global_idioms import is_tree_index0
+from compare._src.rewrite.read.global_idioms import is_unreplicate_call
+from compare._src.rewrite.read.global_idioms import root_name
+from compare._src.rewrite.read.global_idioms import splitter_name
+from compare._src.rewrite.read.global_idioms import static_argnums
 
 
 class Reader(global_scopes.Scopes):
@@ -135,11 +135,11 @@ class Reader(global_scopes.Scopes):
     self._loop(node)
     line, target = self._line(node), node.target
     source = node.iter
-    if (isinstance(source, cst.Call) and rewrite_pmap.dotted(source.func)
+    if (isinstance(source, cst.Call) and names.dotted(source.func)
         == "enumerate" and isinstance(target, cst.Tuple)
         and len(target.elements) == 2):
       source, target = source.args[0].value, target.elements[1].value
-    if (isinstance(source, cst.Call) and rewrite_pmap.dotted(source.func)
+    if (isinstance(source, cst.Call) and names.dotted(source.func)
         == "zip" and isinstance(target, cst.Tuple) and len(
             target.elements) == len(source.args) and not any(
                 a.star or a.keyword for a in source.args)):
@@ -188,7 +188,7 @@ class Reader(global_scopes.Scopes):
       if made:
         self.factories[value.func.value] = (self._line(pmap), line)
       return True
-    step = (rewrite_pmap.dotted(value.func) if isinstance(value, cst.Call)
+    step = (names.dotted(value.func) if isinstance(value, cst.Call)
             else "")
     if isinstance(target, (cst.Tuple, cst.List)):
       placed = (R if is_replicate_call(value, self.known) else
@@ -239,7 +239,7 @@ class Reader(global_scopes.Scopes):
     return True
 
   def visit_Call(self, node):
-    name = rewrite_pmap.dotted(node.func)
+    name = names.dotted(node.func)
     line = self._line(node)
     if self._builds_pmap(node) and node.args:
       # `f = jax.pmap(f, ...)`: the function mapped, not a step used.
@@ -309,7 +309,7 @@ class Reader(global_scopes.Scopes):
           or is_prefetch(node)):
         continue
       self.blockers.append(Blocker(line, (
-          f"the value of {rewrite_pmap.dotted(node.func)}(...) goes where "
+          f"the value of {names.dotted(node.func)}(...) goes where "
           "its layout cannot be followed (inside an expression, a "
           "comprehension or a return): bind it to a name first, or place "
           "it by hand (docs/MIGRATION.md#idiom-map)")))

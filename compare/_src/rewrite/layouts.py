@@ -1,4 +1,5 @@
-"""The global step's layouts and findings (`compare._src.rewrite.global_layouts`)."""
+"""The layouts' names read, planned and written: `R`, `B`, `S`, `Blocker`,
+`StepLayout` (shared by `read`, `plan` and `write`)."""
 
 import dataclasses
 

@@ -1,0 +1,96 @@
+"""The records the stages hand on: findings, ports, a file's rewrite.
+
+A `Finding` is a kind, a subject and a message; a `Port` a pmap rewritten;
+a `Rewrite` a file's code, findings and ports; `RewriteError` input the
+rewrite cannot take.
+
+What comes in: nothing (every stage makes findings). What goes out: the
+types the stages hand on. The report counts findings by their `kind` and
+`subject`, never by their words, so rewording a message changes no count
+and no behaviour (as `tf_upgrade_v2` logs each change as a typed record).
+"""
+
+import dataclasses
+import enum
+
+
+class Kind(enum.StrEnum):
+  """What happened at a place: the report's word for it (`str`-valued, so
+  `finding.kind == "person"` reads as before)."""
+
+  CHANGED = "changed"  # rewritten
+  PERSON = "person"  # left as written: it needs a person
+  KEPT = "kept"  # pmap's stacked layout kept at a call site: the next step
+  LEFT = "left"  # written, and something stale named for a person
+
+
+class Subject(enum.Enum):
+  """What a finding is about: the report counts each subject apart."""
+
+  CALL_SITE = "call site"  # a placement or read moved to global arrays
+  PMAP = "pmap"  # a pmap rewritten into jax.jit(jax.shard_map(...))
+  REMOVED_CALL = "removed call"  # a call jax 0.10 removed, rewritten
+  DECLARED = "declared"  # a step given the layout the Port declares
+  PUBLIC = "public"  # a public function now taking global arrays
+  DEAD = "dead"  # a dead local name removed
+  AXES = "axes"  # the pmaps name several axes: which one placements name
+  NOT_GLOBAL = "not global"  # the global step not written: the first is
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+  """One line of the report.
+
+  Attributes:
+    line: the line in the input file.
+    kind: a `Kind`: changed, person, kept or left.
+    text: what was done, or why not (for a person; nothing reads it).
+    subject: what it is about (`Subject`), which the report counts.
+    module_mesh: a pmap written on the module's own mesh (no helper, no
+      wait): the report adds the note on waiting in tests on CPU.
+  """
+
+  line: int
+  kind: Kind
+  text: str
+  subject: Subject = Subject.CALL_SITE
+  module_mesh: bool = False
+
+  def __post_init__(self):
+    # A plain string kind ("person") is taken as its `Kind`.
+    object.__setattr__(self, "kind", Kind(self.kind))
+
+
+@dataclasses.dataclass(frozen=True)
+class Port:
+  """A pmap rewritten: its line, the function's source, and the port's
+  source with `FUN` in place of the function (`--prove` builds the port of
+  a pmap made inside a function from it)."""
+
+  line: int
+  fun_code: str
+  template: str
+
+
+class RewriteError(ValueError):
+  """Input the rewrite cannot take (one line, exit 2)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rewrite:
+  """A file's rewrite.
+
+  Attributes:
+    code: the rewritten source (the input itself where nothing changed).
+    findings: every change, every place left to a person and every call
+      site that keeps pmap's stacked layout, in line order.
+    ports: every pmap rewritten, with its port's source.
+  """
+
+  code: str
+  findings: tuple[Finding, ...]
+  ports: tuple[Port, ...] = ()
+
+  @property
+  def needs_a_person(self) -> bool:
+    return any(f.kind == Kind.PERSON for f in self.findings)

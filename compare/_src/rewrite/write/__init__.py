@@ -1,0 +1,14 @@
+"""Stage 3, write: a module and its plan in, the written code and findings out.
+
+The first step (`rewrite_pmap`'s `PmapRewriter`): every pmap into
+`jax.jit(jax.shard_map(...))` keeping pmap's stacked layout, through the
+helpers (`compare._src.rewrite.rewrite_helpers`). The global step: as a
+JAX engineer writes it, one module-level mesh and no helper
+(`global_plain`, its templates in `global_written`, a mesh set after a
+jax.distributed join in `global_joined`, keyword arguments passed by
+position in `global_keywords`), else with the first step's helpers
+(`global_rewriter`); then what it left dead or stale removed or named
+(`global_tidy`) and the imports and helpers or mesh at the head
+(`imports`). Each change is a typed `Finding`
+(`compare._src.rewrite.records`).
+"""
