@@ -11,8 +11,9 @@ must print what it prints, bitwise, on every process, in 2 processes x 4
 emulated devices. A rewrite that puts the processes in another order (the
 first step's `_pmap_mesh` or `--global`'s mesh with
 `key=lambda d: -d.process_index`) draws other masks on every device and
-gathers the losses in another order: this test fails on it. About 40 s on
-2 cores (three 2-process jobs).
+gathers the losses in another order: this test fails on it. Three
+2-process jobs: 61 s measured on 2 cores shared with other jobs (load
+about 15).
 """
 
 import pytest
