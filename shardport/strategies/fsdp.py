@@ -115,7 +115,8 @@ def wrong_shard(module, run):
     step = module.make_train_step(config, placement, variant)
 
     def train_step(state, batch):
-      with controls._patched(sys.modules[__name__], "reduce_scatter", rolled):  # pylint: disable=protected-access
+      this = sys.modules[__name__]  # scatter_mean looks it up when traced
+      with controls._patched(this, "reduce_scatter", rolled):  # pylint: disable=protected-access
         return step(state, batch)
 
     return train_step
