@@ -44,15 +44,16 @@ def cpu_threads(devices: int) -> int:
   on: two threads per device, or the cores where more.
 
   XLA's CPU client runs every device's computations on one pool of
-  max(`NPROC` or the cores, devices) threads. Steps with collectives queued
-  faster than they run (a loop that reads no result) then deadlock it: in
-  a collective's rendezvous each device holds a thread, and the last
-  device's work waits for a thread that none gives back; after 40 s XLA
-  aborts the process (SIGABRT). With two threads per device the JAX pmap
-  tutorial as written ran 20 of 20 times on 8 emulated devices of 2 cores,
-  against about half with the default (docs/REWRITE.md, Testing on
-  emulated CPU devices). The pool's size also sets how Eigen splits a
-  convolution's sums: every run compared bitwise must use the same.
+  max(`NPROC` or the cores, devices) threads. With that pool, steps with
+  collectives queued faster than they run (a loop that reads no result)
+  can deadlock: a collective's rendezvous waits for a device that never
+  arrives, and after 40 s XLA aborts the process (SIGABRT). With two
+  threads per device the JAX pmap tutorial as written ran 20 of 20 times
+  on 8 emulated devices of 2 cores, against 2 of 5 with the pool as it
+  starts (measured, docs/REWRITE.md#cpu-wait; why 16 threads do not
+  deadlock where 8 do is not read from XLA's source). The pool's size also
+  sets how Eigen splits a convolution's sums: every run compared bitwise
+  must use the same.
   """
   return max(len(os.sched_getaffinity(0)), 2 * devices)
 
