@@ -5,7 +5,8 @@ start-up in every process of a job. With `SHARDPORT_PLANT_RAISE=P:S` set, the
 worker started with `--process-id P` gets a `shardport.training.dispatch.
 optimizer_step` whose step raises `RuntimeError("planted fault")` on its S-th
 call (every step the training loop and compare's runner take goes through
-it). Patched when that module is first imported, so that nothing here
+it). With `SHARDPORT_PLANT_RAISED_AT=FILE` too, it writes the wall-clock time
+of the raise there (the test measures the job's end from it). Patched when that module is first imported, so that nothing here
 imports jax before the programs set their device count.
 """
 
@@ -13,6 +14,7 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
+import time
 
 TARGET = "shardport.training.dispatch"
 
@@ -38,6 +40,9 @@ def _patch(module, step_number):
     def planted(state, batch):
       taken[0] += 1
       if taken[0] == step_number:
+        if os.environ.get("SHARDPORT_PLANT_RAISED_AT"):
+          with open(os.environ["SHARDPORT_PLANT_RAISED_AT"], "w") as out:
+            out.write(repr(time.time()))
         raise RuntimeError("planted fault")
       return inner(state, batch)
 
