@@ -2,8 +2,8 @@
 
 Measured (2 cores, shared): each job about 10-15 s in all, of which the end
 after the raise about 1 s; about 25 s of CI for both programs. The raise is
-planted by `tests/fault_plant/sitecustomize.py` (`SHARDPORT_PLANT_RAISE=1:2`:
-process 1's second step call), imported by every process of the job from
+planted by `tests/fault_plant/sitecustomize.py` (`SHARDPORT_PLANT_RAISE`:
+process 1's step 2), imported by every process of the job from
 `PYTHONPATH`; the programs themselves are unchanged.
 """
 
@@ -18,7 +18,7 @@ import pytest
 from shardport.launch import launcher
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PLANT = ROOT / "tests" / "fault_plant"
+PLANT_PATH = ROOT / "tests" / "fault_plant"
 # A raise seen by the launcher ends the job at once; without that, a worker
 # waits in jax.distributed's shutdown barrier (30 s on localhost) or its
 # peers in their next collective.
@@ -30,15 +30,17 @@ JOBS = {
                 "linreg", "--batch-size", "32", "--steps", "4",
                 "--windows", "0"],
 }
-# Where each names the step: the training loop's note, the runner's.
-STEP = {"train": "(at step 2;", "compare": "'s step "}
+# The raise, and where each names it: the training loop's note, the
+# runner's (in a port's run: a port's raise is a verdict in one process).
+PLANT = {"train": "1:2", "compare": "1:2:shard_map"}
+STEP = {"train": "(at step 2;", "compare": "(in shard_map's step 2;"}
 
 
-def _env(raised_at):
+def _env(prog, raised_at):
   env = {name: value for name, value in os.environ.items() if not
          name.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
-  env.update(PYTHONPATH=os.pathsep.join([str(PLANT), str(ROOT)]),
-             SHARDPORT_PLANT_RAISE="1:2",
+  env.update(PYTHONPATH=os.pathsep.join([str(PLANT_PATH), str(ROOT)]),
+             SHARDPORT_PLANT_RAISE=PLANT[prog],
              SHARDPORT_PLANT_RAISED_AT=str(raised_at))
   return env
 
@@ -52,7 +54,7 @@ def test_a_step_raising_on_one_process_ends_the_job(prog, tmp_path):
   if prog == "train":
     argv += ["--workdir", str(tmp_path / "work")]
   done = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT,
-                        env=_env(raised_at), text=True, capture_output=True,
+                        env=_env(prog, raised_at), text=True, capture_output=True,
                         timeout=300, check=False)
   ended = time.time()
   assert done.returncode == launcher.EXIT_LOST, done.stderr[-3000:]
