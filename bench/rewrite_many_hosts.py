@@ -89,17 +89,25 @@ def run_job(script: pathlib.Path, processes: int, devices: int,
   return outputs
 
 
+def rewritten(source: pathlib.Path, workdir: pathlib.Path,
+              variant: str) -> pathlib.Path:
+  """What `python -m compare.rewrite` writes of `source` (`variant`: "first
+  step" or "--global"), as a file in `workdir`."""
+  target = workdir / f"{source.stem}_{variant.strip('-').replace(' ', '_')}.py"
+  flags = ["--global"] if variant == "--global" else []
+  subprocess.run([sys.executable, "-m", "compare.rewrite", str(source),
+                  "-o", str(target), *flags], cwd=ROOT, check=True,
+                 capture_output=True)
+  return target
+
+
 def rewrite(program: str, workdir: pathlib.Path) -> dict[str, pathlib.Path]:
   """The original and its two ports (and the planted first step), as
   files in `workdir`."""
   source = INPUTS / f"{program}.py"
   paths = {"original": source}
-  for variant, flags in (("first step", []), ("--global", ["--global"])):
-    target = workdir / f"{program}_{variant.strip('-').replace(' ', '_')}.py"
-    subprocess.run([sys.executable, "-m", "compare.rewrite", str(source),
-                    "-o", str(target), *flags], cwd=ROOT, check=True,
-                   capture_output=True)
-    paths[variant] = target
+  for variant in ("first step", "--global"):
+    paths[variant] = rewritten(source, workdir, variant)
   text = paths["first step"].read_text()
   assert GLOBAL_DEVICES in text, "the first step's mesh is not the one known"
   plant = workdir / f"{program}_plant.py"

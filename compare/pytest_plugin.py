@@ -4,7 +4,12 @@ Installing shardport registers it (the `pytest11` entry point). With
 `shardport_devices = N` in a project's pytest ini (or `--shardport-devices
 N`) it emulates N CPU devices before any conftest or test module imports jax
 (`pytest_load_initial_conftests`), and fails the session at once where jax
-started before it could. The assertion teams call is `compare.testing`'s.
+started before it could. It also gives XLA's CPU client two threads per
+device (`NPROC`, unless set; `shardport.launch.emulation.cpu_threads`), so
+that a program that queues steps with collectives without reading them (the
+JAX pmap tutorial as written) does not deadlock the emulated devices; the
+environment carries both to the programs a test starts. The assertion teams
+call is `compare.testing`'s.
 """
 
 import os
@@ -37,6 +42,7 @@ def pytest_load_initial_conftests(early_config, parser, args):
     from shardport.launch import emulation  # pylint: disable=g-import-not-at-top
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     emulation.set_cpu_device_count(count)
+    emulation.set_cpu_threads(count)
 
 
 def pytest_sessionstart(session):

@@ -16,7 +16,21 @@ imports jax::
 
     from shardport.launch import emulation
     emulation.set_cpu_device_count(8)
+    emulation.set_cpu_threads(8)
+
+The plugin (and that recipe) also give XLA's CPU client two threads per
+device, so that steps queued unread do not deadlock the emulated devices. A
+test that runs a program as a script hands it the same settings with
+`emulated_cpu_environment`::
+
+    subprocess.run([sys.executable, "train.py"], check=True,
+                   env=testing.emulated_cpu_environment(8))
 """
+
+import os
+
+__all__ = ["assert_port_equivalent", "emulated_cpu_environment",
+           "failure_message"]
 
 
 def assert_port_equivalent(port, *, steps=None, check_every: int = 1,
@@ -70,3 +84,28 @@ def failure_message(report: dict) -> str:
     first = (f"{v['a']} vs {v['b']} differ at the {v['at'].replace('_', ' ')}"
              + (f", most at {v['worst']}" if v.get("worst") else ""))
   return f"{report['strategy']} is not equivalent: {first} ({sizes})"
+
+
+def emulated_cpu_environment(devices: int = 8, base=None) -> dict:
+  """The environment of a program run on `devices` emulated CPU devices.
+
+  `base` (default `os.environ`) with jax on CPU, `devices` emulated devices
+  (any count already in `XLA_FLAGS` replaced) and XLA's CPU client given two
+  threads per device unless `NPROC` is set, so that steps with collectives
+  queued unread (a loop that prints every 100th loss) do not deadlock the
+  devices (`shardport.launch.emulation.cpu_threads`; docs/REWRITE.md,
+  Testing on emulated CPU devices).
+
+  Raises:
+    ValueError: `devices` is not a positive integer.
+  """
+  from shardport.launch import emulation  # pylint: disable=g-import-not-at-top
+  if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+    raise ValueError(f"devices must be a positive integer, got {devices!r}")
+  env = dict(os.environ if base is None else base)
+  flags = [flag for flag in env.get("XLA_FLAGS", "").split()
+           if not flag.startswith(emulation.COUNT_FLAG)]
+  env["XLA_FLAGS"] = " ".join([*flags, f"{emulation.COUNT_FLAG}={devices}"])
+  env["JAX_PLATFORMS"] = "cpu"
+  env.setdefault(emulation.THREADS_ENV, str(emulation.cpu_threads(devices)))
+  return env

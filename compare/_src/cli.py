@@ -12,6 +12,7 @@ import sys
 import textwrap
 import traceback
 
+from shardport.launch import crash
 from shardport.launch import distributed
 from shardport.launch import emulation
 from shardport.launch import files
@@ -25,7 +26,7 @@ from compare._src.prove import sweep
 
 EXIT_PASS, EXIT_DIFFER, EXIT_USAGE, EXIT_DIVERGED = 0, 1, 2, 3
 # The tool itself (or a step at run time) raised: not a verdict, so not 1.
-EXIT_CRASH = 4
+EXIT_CRASH = crash.EXIT_CRASH
 UsageError = options.UsageError
 
 
@@ -299,6 +300,7 @@ def main(argv=None) -> int:
   """Parses `argv`, runs the comparison, returns the exit code."""
   argv = sys.argv[1:] if argv is None else list(argv)
   distributed.die_with_launcher()
+  args = None
   try:
     args = build_parser().parse_args(argv)
     _check(args)
@@ -326,9 +328,6 @@ def main(argv=None) -> int:
     # ends with; the traceback behind --traceback.
     if "--traceback" in argv:
       traceback.print_exc(file=sys.stderr)
-    where = "".join(f"{note}; " for note in getattr(err, "__notes__", []))
-    print(f"compare: crashed: {type(err).__name__}: "
-          f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}"
-          f" ({where}exit {EXIT_CRASH}; --traceback shows where)",
+    print(crash.line("compare", err, "; --traceback shows where"),
           file=sys.stderr)
-    return EXIT_CRASH
+    return crash.end(args is not None and distributed.is_worker(args))

@@ -12,7 +12,8 @@ through jax.distributed, and the launcher only starts them and waits.
   every worker's output also goes to a log directory, removed when the job
   ends well and named when it does not.
 - The first worker that is lost (killed, crashed, aborted) ends the job:
-  the launcher prints one line naming it, kills the others and exits 4. A worker that exits with a usage error (2) ends it
+  the launcher kills the others, prints one line naming it (and, for one
+  that raised, its error and step, from its own last line) and exits 4. A worker that exits with a usage error (2) ends it
   too, with that worker's one line. Otherwise the launcher exits with the
   workers' common exit code.
 - No worker outlives the launcher: each asks Linux to kill it when the
@@ -35,6 +36,7 @@ import tempfile
 import threading
 import time
 
+from shardport.launch import crash
 from shardport.launch import distributed
 from shardport.launch import emulation
 
@@ -243,10 +245,35 @@ class LocalJob:
       for relay in self.relays:
         relay.join(timeout=5)
       return None  # already shown
+    return self._last_line(i)
+
+  def _last_line(self, i):
+    """Worker `i`'s last line on stderr in its log, runtime noise left out."""
     with open(os.path.join(self.logs, f"process-{i}.err")) as err:
       lines = [l.rstrip("\n") for l in err if l.strip() and
                not _NOISE.match(l)]
     return lines[-1] if lines else None
+
+  def _lost(self, i, seconds) -> int:
+    """Stops the job for worker `i`, ended abnormally; names it; exits 4.
+
+    A worker that raised (exit 4, `shardport.launch.crash`) is named with
+    its own line's error and step, read once the job is stopped: its peers
+    sit in their next collective and must not be waited for.
+    """
+    proc, others = self.procs[i], self.processes - 1
+    self.muted = True
+    self.stop()
+    for relay in self.relays:
+      relay.join(timeout=5)
+    said = self._last_line(i) if proc.returncode == crash.EXIT_CRASH else None
+    what = f": {crash.what(said)}" if said and crash.CRASHED in said else ""
+    verb = "process" if what else "lost process"
+    self._say(f"{verb} {i} of {self.processes} (pid {proc.pid}, "
+              f"{_describe(proc.returncode)}) after {seconds:.1f} s{what}; "
+              f"stopped the other{'s' if others > 1 else ''}; logs in "
+              f"{self.logs}")
+    return EXIT_LOST
 
   def supervise(self) -> int:
     """Waits for every worker; returns the job's exit code."""
@@ -269,13 +296,7 @@ class LocalJob:
             print(line, file=sys.stderr, flush=True)
           return EXIT_USAGE
         if rc not in self.normal:
-          others = self.processes - 1
-          self._say(f"lost process {i} of {self.processes} (pid {proc.pid}, "
-                    f"{_describe(rc)}) after {time.monotonic() - start:.1f} "
-                    f"s; stopped the other{'s' if others > 1 else ''}; logs "
-                    f"in {self.logs}")
-          self.stop()
-          return EXIT_LOST
+          return self._lost(i, time.monotonic() - start)
         first_done = first_done or time.monotonic()
       if first_done and time.monotonic() - first_done > FINISH_GRACE_S:
         late = [i for i in range(self.processes) if i not in codes]

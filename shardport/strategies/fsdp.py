@@ -21,10 +21,12 @@ data_parallel run, window by window.
 """
 
 import math
+import sys
 
 import jax
 from jax import lax
 
+from shardport.launch import distributed
 from shardport.strategies import negative_controls as controls
 from shardport.strategies import throughput
 from shardport.strategies.data_parallel import DataParallel
@@ -66,30 +68,55 @@ def scatter_mean(grads, axes, axis_name, n):
   """Each device's shard of the mean gradient over devices (the mean itself
   for replicated leaves)."""
   return jax.tree.map(lambda g, a: lax.pmean(g, axis_name) if a == REPLICATED
-                      else lax.psum_scatter(
-                          g, axis_name, scatter_dimension=a, tiled=True) / n,
+                      else reduce_scatter(g, axis_name, a, n) / n,
                       grads, axes)
+
+
+def reduce_scatter(x, axis_name, axis, n):
+  """This device's block (along `axis`) of the sum of `x` over the devices:
+  `lax.psum_scatter(..., tiled=True)`, except where gloo carries the
+  collectives (`reduce_scatter_is_safe`): there an all-reduce, then this
+  device's block of it, every block the same sum on every device."""
+  if reduce_scatter_is_safe():
+    return lax.psum_scatter(x, axis_name, scatter_dimension=axis, tiled=True)
+  size = x.shape[axis] // n
+  return lax.dynamic_slice_in_dim(lax.psum(x, axis_name),
+                                  lax.axis_index(axis_name) * size, size,
+                                  axis=axis)
 # endregion
+
+
+def reduce_scatter_is_safe() -> bool:
+  """Whether `lax.psum_scatter` sums right every time on this run's devices.
+
+  Not where gloo carries the collectives (every `jax.distributed` job on
+  CPU, one process too): gloo's reduce-scatter, which jaxlib 0.10.2 calls
+  for it, now and then leaves wrong values at the end of rank 0's block
+  (jax-ml/jax#40830). A 2-process fsdp job then ended with another digest
+  in about 1 run of 6, its first step already differing in device 0's block
+  of the one large gradient (docs/jax-facts.md, Multi-process).
+  """
+  return distributed.collectives() != "gloo"
 
 
 def wrong_shard(module, run):
   """Each device updates its shard with its neighbour's gradient shard: the
   reduce-scatter's output rolled by one device (`lax.ppermute`). Looked up
   when the step is traced, as `no_pmean`; the jit port has no
-  psum_scatter of its own, so it is unchanged there."""
+  reduce-scatter of its own, so it is unchanged there."""
   del run
-  psum_scatter = lax.psum_scatter
+  scatter = reduce_scatter
 
-  def rolled(x, axis_name, **kwargs):
-    out = psum_scatter(x, axis_name, **kwargs)
-    n = lax.psum(1, axis_name)
+  def rolled(x, axis_name, axis, n):
+    out = scatter(x, axis_name, axis, n)
     return lax.ppermute(out, axis_name, [(i, (i + 1) % n) for i in range(n)])
 
   def make_train_step(config, placement, variant):
     step = module.make_train_step(config, placement, variant)
 
     def train_step(state, batch):
-      with controls._patched(jax.lax, "psum_scatter", rolled):  # pylint: disable=protected-access
+      this = sys.modules[__name__]  # scatter_mean looks it up when traced
+      with controls._patched(this, "reduce_scatter", rolled):  # pylint: disable=protected-access
         return step(state, batch)
 
     return train_step

@@ -2,8 +2,9 @@
 
 `python -m legacy_pmap.train` / `python -m sharded.train` take compare's run
 options (`shardport.launch.options`) plus `--workdir`, `--eval-every`,
-`--checkpoint-every` and `--max-to-keep`. Exit 0 when the run finished, 2 on
-bad usage or input (one line on stderr, `train: error: ...`): options,
+`--checkpoint-every` and `--max-to-keep`. Exit 0 when the run finished, 4
+when it raised (its traceback, then `train: crashed: ERROR (at step N; exit
+4)`), 2 on bad usage or input (one line on stderr, `train: error: ...`): options,
 devices, the workdir, or a checkpoint there written by another run, all
 found before anything compiles (replicas of a classic checkpoint that
 differ are found as it is restored, before the first step). The caller sets
@@ -12,15 +13,17 @@ imports jax.
 """
 
 import sys
+import traceback
 
 from shardport import strategies
+from shardport.launch import crash
 from shardport.launch import distributed
 from shardport.launch import emulation
 from shardport.launch import options
 from shardport.training import checkpoints
 from shardport.training import workdir as workdirs
 
-EXIT_DONE, EXIT_USAGE = 0, 2
+EXIT_DONE, EXIT_USAGE, EXIT_CRASH = 0, 2, crash.EXIT_CRASH
 
 
 def build_parser(backend: str) -> options.Parser:
@@ -93,6 +96,7 @@ def main(backend: str, argv=None) -> int:
   """Parses `argv`, trains with `backend`'s modules, returns the exit code."""
   argv = sys.argv[1:] if argv is None else list(argv)
   distributed.die_with_launcher()
+  args = None
   try:
     args = build_parser(backend).parse_args(argv)
     _check(args)
@@ -114,6 +118,12 @@ def main(backend: str, argv=None) -> int:
   except options.UsageError as err:
     print(f"train: error: {err}", file=sys.stderr)
     return EXIT_USAGE
+  except Exception as err:  # pylint: disable=broad-except
+    # The traceback for whoever debugs it, then one line a log ends with
+    # (the launcher quotes it): the error and its step (`loop._train`).
+    traceback.print_exc(file=sys.stderr)
+    print(crash.line("train", err), file=sys.stderr)
+    return crash.end(args is not None and distributed.is_worker(args))
   if not distributed.is_main_process():
     return EXIT_DONE
   accuracy = result.get("test_accuracy")

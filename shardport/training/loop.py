@@ -255,11 +255,15 @@ def _train(job, manager, state, start, progress):
                   if distributed.is_main_process() else os.devnull)
   with open(metrics_path, "a") as metrics_file:
     for done, host_batch in enumerate(bar, start + 1):
-      state, metrics = loop.step(state, job.module.put_batch(host_batch,
-                                                             job.placement))
+      try:
+        state, metrics = loop.step(state, job.module.put_batch(host_batch,
+                                                               job.placement))
+        if dispatch.max_in_flight() == 1:
+          jax.block_until_ready(state)  # queued collectives deadlock CPU
+      except Exception as err:
+        err.add_note(f"at step {done}")  # the crash's line names it
+        raise
       loop.steps_run += 1
-      if dispatch.max_in_flight() == 1:
-        jax.block_until_ready(state)  # queued collectives deadlock CPU
       loop.since_eval.append(run_metrics.train_metrics(job.module, metrics))
       if began is None:
         began = time.perf_counter()  # timed once the first step compiled

@@ -266,7 +266,8 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
       try:
         finite = _step(run, host_batch, i, n_devices, fetched)
       except Exception as err:  # pylint: disable=broad-except
-        if run.name not in strategy.port_runs or run.perturbation is not None:
+        if (run.name not in strategy.port_runs or run.perturbation is not None
+            or jax.process_count() > 1):  # peers can't tell: not a verdict
           err.add_note(f"in {run.name}'s step {i + 1}")  # the crash's line
           raise
         # A port's step that raises where pmap's runs fails at that step:

@@ -1,0 +1,42 @@
+"""The rewrite's order of the processes on the axis, pinned by behaviour.
+
+pmap on many processes puts every process's devices on its axis, each
+process's together and in process order. A step whose numbers do not depend
+on that order (a pmean) cannot tell a port that orders them otherwise: this
+program's step does what flax's imagenet and vision_transformer steps do
+with `lax.axis_index`, a dropout key folded with it, and also `psum`s each
+device's count of kept examples and `all_gather`s each device's loss
+(tests/rewrite_inputs/multihost_axis_index.py). Both steps of the rewrite
+must print what it prints, bitwise, on every process, in 2 processes x 4
+emulated devices. A rewrite that puts the processes in another order (the
+first step's `_pmap_mesh` or `--global`'s mesh with
+`key=lambda d: -d.process_index`) draws other masks on every device and
+gathers the losses in another order: this test fails on it. Three
+2-process jobs: 61 s measured on 2 cores shared with other jobs (load
+about 15).
+"""
+
+import pytest
+
+from bench import rewrite_many_hosts
+
+PROGRAM = rewrite_many_hosts.INPUTS / "multihost_axis_index.py"
+
+
+@pytest.fixture(scope="module")
+def original():
+  """What the pmap program prints in 2 x 4, per process."""
+  printed = rewrite_many_hosts.run_job(PROGRAM, 2, 4)
+  # 3 steps' lines and the learned parameters, the same on both processes,
+  # with 8 devices' losses on each step's line: something to compare.
+  assert len(set(printed)) == 1, printed
+  assert len(printed[0].splitlines()) == 4, printed
+  assert printed[0].splitlines()[0].count(",") == 7, printed
+  return printed
+
+
+@pytest.mark.parametrize("variant", ["first step", "--global"])
+def test_each_step_of_the_rewrite_keeps_pmaps_device_order(
+    tmp_path, original, variant):
+  port = rewrite_many_hosts.rewritten(PROGRAM, tmp_path, variant)
+  assert rewrite_many_hosts.run_job(port, 2, 4) == original, variant
