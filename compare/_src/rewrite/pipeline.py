@@ -46,6 +46,7 @@ from compare._src.rewrite.plan import global_layouts
 from compare._src.rewrite.read import first_step_undone
 from compare._src.rewrite.read import global_uncalled
 from compare._src.rewrite.read import names
+from compare._src.rewrite.read import other_pmaps
 from compare._src.rewrite.records import Finding
 from compare._src.rewrite.records import Kind
 from compare._src.rewrite.records import Subject
@@ -84,9 +85,7 @@ def rewrite_source(source: str, path: str = "<string>") -> records.Rewrite:
   references = names.References(aliases)
   wrapper.visit(references)
   if not references.lines and not references.removed:
-    raise records.RewriteError(f"{path}: no jax.pmap found" + (
-        " (it is the first step's output: --global takes the second)"
-        if "_pmap_call(" in source else ""))
+    _no_pmap(module, source, path)
   rewriter = rewrite_pmap.PmapRewriter(aliases, path)
   new = wrapper.visit(rewriter)
   findings = list(rewriter.findings)
@@ -319,3 +318,21 @@ def _out_of_view(steps, ports, shadowed, declared):
         "to a name the file calls, or declare them with --prove (the "
         "team's compare.Port: docs/REWRITE.md#declared)")))
   return blockers, findings
+
+
+def _no_pmap(module, source: str, path: str):
+  """Raises the refusal of a file with no jax.pmap: `NoPmapFound` naming
+  another library's pmap where it has one (never "none found" there), or
+  saying it is the first step's output."""
+  if "_pmap_call(" in source:
+    raise records.RewriteError(
+        f"{path}: no jax.pmap found (it is the first step's output: "
+        "--global takes the second)")
+  other = other_pmaps.find(module)
+  if other:
+    raise records.NoPmapFound(f"{path}: " + other[0].advice()
+                              + (f" (and {len(other) - 1} more use"
+                                 f"{'s' * (len(other) > 2)})"
+                                 if len(other) > 1 else ""), other)
+  raise records.NoPmapFound(f"{path}: no jax.pmap found")
+

@@ -76,6 +76,19 @@ class RewriteError(ValueError):
   """Input the rewrite cannot take (one line, exit 2)."""
 
 
+class NoPmapFound(RewriteError):
+  """A file with no `jax.pmap` in it: a tree's file to copy as it is, or,
+  where it has another library's pmap (`other`), a file to port by hand.
+
+  Attributes:
+    other: the uses of another library's pmap (`read.other_pmaps`).
+  """
+
+  def __init__(self, message: str, other=()):
+    super().__init__(message)
+    self.other = tuple(other)
+
+
 @dataclasses.dataclass(frozen=True)
 class Rewrite:
   """A file's rewrite.

@@ -20,6 +20,7 @@ import tempfile
 from compare._src.rewrite import pipeline
 from compare._src.rewrite import report
 from compare._src.rewrite.proof import prove_flag
+from compare._src.rewrite.records import NoPmapFound
 from compare._src.rewrite.records import RewriteError
 from shardport.launch import distributed
 from shardport.launch import emulation
@@ -167,10 +168,12 @@ def _rewrite_all(pairs, tree: bool, global_step: bool = False,
       else:
         rewrite = pipeline.rewrite_source(text, str(source))
       results.append((source, target, rewrite))
-    except RewriteError as err:
-      if not (tree and str(err).endswith("no jax.pmap found")):
+    except NoPmapFound as err:
+      if not tree or err.other:  # a tree's file with no pmap is copied
         raise
       results.append((source, target, None))
+    except RewriteError:
+      raise  # bad input: one line, exit 2 (not a crash)
     except Exception as err:  # pylint: disable=broad-except
       raise RewriteCrash(f"the rewrite crashed on {source}: "
                          f"{type(err).__name__}: {err} (nothing written; "
