@@ -55,8 +55,8 @@ def test_a_step_raising_on_one_process_ends_the_job(prog, tmp_path):
   if prog == "train":
     argv += ["--workdir", str(tmp_path / "work")]
   done = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT,
-                        env=_env(prog, raised_at), text=True, capture_output=True,
-                        timeout=300, check=False)
+                        env=_env(prog, raised_at), text=True,
+                        capture_output=True, timeout=300, check=False)
   ended = time.time()
   assert done.returncode == launcher.EXIT_LOST, done.stderr[-3000:]
   errors = [l for l in done.stderr.splitlines() if f"{prog}: error: " in l]
