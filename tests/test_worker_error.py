@@ -1,7 +1,7 @@
 """A step that raises on one process of two: the job ends within seconds.
 
-Measured (2 cores, shared): each job about 10-15 s in all, of which the end
-after the raise about 1 s; about 25 s of CI for both programs. The raise is
+Measured (2 cores, shared): each job 9-15 s in all, every process gone
+0.8-0.9 s after the raise; the file about 27 s of CI. The raise is
 planted by `tests/fault_plant/sitecustomize.py` (`SHARDPORT_PLANT_RAISE`:
 process 1's step 2), imported by every process of the job from
 `PYTHONPATH`; the programs themselves are unchanged.
@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from shardport.launch import crash
 from shardport.launch import launcher
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -54,8 +55,8 @@ def test_a_step_raising_on_one_process_ends_the_job(prog, tmp_path):
   if prog == "train":
     argv += ["--workdir", str(tmp_path / "work")]
   done = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT,
-                        env=_env(prog, raised_at), text=True, capture_output=True,
-                        timeout=300, check=False)
+                        env=_env(prog, raised_at), text=True,
+                        capture_output=True, timeout=300, check=False)
   ended = time.time()
   assert done.returncode == launcher.EXIT_LOST, done.stderr[-3000:]
   errors = [l for l in done.stderr.splitlines() if f"{prog}: error: " in l]
@@ -81,3 +82,42 @@ def _left_behind(marker) -> list[str]:
     if str(marker).encode() in environ and int(pid) != os.getpid():
       found.append(pid)
   return found
+
+
+def test_one_process_crash_line_names_the_step(tmp_path, capsys, monkeypatch):
+  """In one process too: the traceback, then one line with the error and
+  its step; exit 4 (not a usage error, not Python's 1)."""
+  from sharded import train  # pylint: disable=g-import-not-at-top
+  from shardport.training import dispatch  # pylint: disable=g-import-not-at-top
+  real = dispatch.optimizer_step
+
+  def optimizer_step(step, calls):
+    taken, inner = [0], real(step, calls)
+
+    def planted(state, batch):
+      taken[0] += 1
+      if taken[0] == 2:
+        raise RuntimeError("planted fault")
+      return inner(state, batch)
+    return planted
+
+  monkeypatch.setattr(dispatch, "optimizer_step", optimizer_step)
+  code = train.main([*JOBS["train"][1:], "--devices", "2", "--workdir",
+                     str(tmp_path / "work")])
+  err = capsys.readouterr().err
+  assert code == crash.EXIT_CRASH, err[-2000:]
+  assert "Traceback" in err
+  assert err.splitlines()[-1] == ("train: crashed: RuntimeError: planted "
+                                  "fault (at step 2; exit 4)")
+
+
+def test_the_launcher_quotes_a_crash_line_without_its_program():
+  line = crash.line("train", _noted(ValueError("bad\nmore"), "at step 3"))
+  assert line == "train: crashed: ValueError: bad (at step 3; exit 4)"
+  assert crash.what(line) == "ValueError: bad (at step 3; exit 4)"
+  assert crash.what("something else") == "something else"
+
+
+def _noted(err, note):
+  err.add_note(note)
+  return err

@@ -13,8 +13,9 @@ through jax.distributed, and the launcher only starts them and waits.
   ends well and named when it does not.
 - The first worker that is lost (killed, crashed, aborted) ends the job:
   the launcher kills the others, prints one line naming it (and, for one
-  that raised, its error and step, from its own last line) and exits 4. A worker that exits with a usage error (2) ends it
-  too, with that worker's one line. Otherwise the launcher exits with the
+  that raised, its error and step, from its own last line) and exits 4.
+  A worker that exits with a usage error (2) ends it too, with that
+  worker's one line. Otherwise the launcher exits with the
   workers' common exit code.
 - No worker outlives the launcher: each asks Linux to kill it when the
   launcher dies (`shardport.launch.distributed.die_with_launcher`), and the

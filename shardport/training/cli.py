@@ -3,11 +3,12 @@
 `python -m legacy_pmap.train` / `python -m sharded.train` take compare's run
 options (`shardport.launch.options`) plus `--workdir`, `--eval-every`,
 `--checkpoint-every` and `--max-to-keep`. Exit 0 when the run finished, 4
-when it raised (its traceback, then `train: crashed: ERROR (at step N; exit
-4)`), 2 on bad usage or input (one line on stderr, `train: error: ...`): options,
-devices, the workdir, or a checkpoint there written by another run, all
-found before anything compiles (replicas of a classic checkpoint that
-differ are found as it is restored, before the first step). The caller sets
+when it raised (its traceback, then `train: crashed: ERROR (at step N;
+exit 4)`), 2 on bad usage or input (one line on stderr, `train: error:
+...`): options, devices, the workdir, or a checkpoint there written by
+another run, all found before anything compiles (replicas of a classic
+checkpoint that differ are found as it is restored, before the first
+step). The caller sets
 the emulated device count before this module is imported: the registry
 imports jax.
 """

@@ -52,7 +52,8 @@ def _patch(module, at, run_name):
     inner = real(step, calls)
 
     def planted(state, batch):
-      step_number, name = _where(sys._getframe(1))  # pylint: disable=protected-access
+      caller = sys._getframe(1)  # pylint: disable=protected-access
+      step_number, name = _where(caller)
       if step_number == at and run_name in (None, name):
         if os.environ.get("SHARDPORT_PLANT_RAISED_AT"):
           with open(os.environ["SHARDPORT_PLANT_RAISED_AT"], "w") as out:
