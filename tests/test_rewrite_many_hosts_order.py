@@ -14,11 +14,22 @@ first step's `_pmap_mesh` or `--global`'s mesh with
 gathers the losses in another order: this test fails on it. Three
 2-process jobs: 61 s measured on 2 cores shared with other jobs (load
 about 15).
+
+A file that does not join `jax.distributed` runs on many processes only
+under the prover's launcher: `--global`'s mesh for such a file
+(`global_written`) is pinned by proving the rewrite of a tutorial whose
+step folds `lax.axis_index` into its noise key
+(tests/rewrite_inputs/tutorial_axis_index.py) in 2 x 4; the same mesh with
+the processes reversed fails that proof.
 """
+
+import subprocess
+import sys
 
 import pytest
 
 from bench import rewrite_many_hosts
+from shardport.launch import launcher
 
 PROGRAM = rewrite_many_hosts.INPUTS / "multihost_axis_index.py"
 
@@ -40,3 +51,32 @@ def test_each_step_of_the_rewrite_keeps_pmaps_device_order(
     tmp_path, original, variant):
   port = rewrite_many_hosts.rewritten(PROGRAM, tmp_path, variant)
   assert rewrite_many_hosts.run_job(port, 2, 4) == original, variant
+
+
+AXIS_INDEX = "tests/rewrite_inputs/tutorial_axis_index.py"
+AXIS_PORT = ("--global", "--prove",
+             "tests.rewrite_inputs.rewrite_ports:axis_index_port")
+
+
+def test_global_mesh_of_a_file_that_does_not_join_keeps_the_order(
+    tmp_path, capfd):
+  port = tmp_path / "port.py"
+  done = subprocess.run(
+      [sys.executable, "-m", "compare.rewrite", AXIS_INDEX, "-o", str(port),
+       *AXIS_PORT, "--processes", "2", "--devices", "4"],
+      capture_output=True, text=True, check=False, timeout=600)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert done.stdout.count("verdict: pass") == 1, done.stdout[-2000:]
+  mesh = "sorted(jax.devices(), key=lambda d: d.process_index)"
+  assert mesh in port.read_text()
+  planted = tmp_path / "planted.py"
+  planted.write_text(port.read_text().replace(
+      mesh, "sorted(jax.devices(), key=lambda d: -d.process_index)"))
+  # The launched job proves the file at -o as written (the planted one).
+  code = launcher.launch(prog="compare.rewrite", module="compare.rewrite",
+                         argv=[AXIS_INDEX, "-o", str(planted), *AXIS_PORT],
+                         processes=2, devices=4)
+  out = capfd.readouterr()
+  assert code != 0 and "verdict: pass" not in out.out, out.out[-2000:]
+  assert "incompatible devices" in " ".join((out.out + out.err).split())
+

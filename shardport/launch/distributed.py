@@ -244,6 +244,18 @@ def barrier(name: str, timeout_s: int = BARRIER_TIMEOUT_S) -> None:
 _BARRIERS = {}
 
 
+def all_reach(name: str, timeout_s: int) -> bool:
+  """Whether every process reaches `name` within `timeout_s` (always, in
+  one process): where a process may be held elsewhere (inside a collective
+  its peers never join), a barrier that may time out, not one that waits.
+  """
+  try:
+    barrier(name, timeout_s)
+  except Exception:  # pylint: disable=broad-except
+    return False  # the coordination service's DEADLINE_EXCEEDED
+  return True
+
+
 def collectives() -> str:
   """What carries the collectives between this run's CPU devices.
 

@@ -32,6 +32,13 @@ def tutorial_port(steps=4):
   return _tutorial_like_port("tutorial", tutorial, steps)
 
 
+def axis_index_port(steps=4):
+  """The tutorial whose step adds noise keyed by `lax.axis_index`."""
+  from tests.rewrite_inputs import tutorial_axis_index  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  return _tutorial_like_port("tutorial_axis_index", tutorial_axis_index,
+                             steps)
+
+
 def multihost_tutorial_port(steps=4):
   """The many-host tutorial's `update(params, xs, ys)`: a file that joins
   `jax.distributed` in `main`, its step at module level."""

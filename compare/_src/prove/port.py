@@ -246,6 +246,7 @@ def _check_callables(port: Port) -> None:
   if port.port_evaluate is not None and port.evaluate is None:
     raise PortError("port_evaluate: give evaluate too (pmap's side's "
                     "evaluation, which the port's is compared with)")
+  _check_mesh_spans_processes(port.mesh)
   if not callable(port.batches) and not isinstance(port.batches, Iterable):
     raise PortError("batches: a function of the step or an iterable, got "
                     f"{type(port.batches).__name__}")
@@ -255,6 +256,21 @@ def _check_callables(port: Port) -> None:
   if hasattr(port.batches, "__len__") and len(port.batches) < port.steps:
     raise PortError(f"batches: {len(port.batches)} batches for "
                     f"{port.steps} steps")
+
+
+def _check_mesh_spans_processes(mesh) -> None:
+  """Every process holds some of the mesh's devices: pmap runs in each
+  process over its own. Every process reads the same answer from the same
+  global devices, so all of them refuse together (none waits on another
+  in a collective)."""
+  held = {d.process_index for d in mesh.devices.flat}
+  missing = sorted(set(range(jax.process_count())) - held)
+  if missing:
+    raise PortError(
+        f"mesh: its {mesh.size} devices are process(es) {sorted(held)}'s; "
+        f"process(es) {missing} of {jax.process_count()} hold none: build it "
+        f"over every process's devices (jax.devices() holds "
+        f"{jax.device_count()}, {jax.local_device_count()} a process)")
 
 
 # Run names the engine gives runs of its own (a Port's, the calibration's).

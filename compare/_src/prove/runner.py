@@ -221,6 +221,21 @@ class Trained:
   first_steps: list | None
 
 
+# Seconds a process whose port step raised waits for its peers to raise at
+# the same step: long enough for processes a compile apart, short enough
+# that a job whose other processes wait inside the step's collectives ends
+# within seconds (the raise is then a crash: the launcher stops the rest).
+RAISED_EVERYWHERE_S = 8
+
+
+def _raised_everywhere(run_name: str, step: int) -> bool:
+  """Whether every process's step `step` of `run_name` raised too (always
+  in one process): then the raise is the port's verdict everywhere; else
+  the peers wait in the step's collectives and it is a crash."""
+  return distributed.all_reach(f"raised-{run_name}-{step}",
+                               RAISED_EVERYWHERE_S)
+
+
 def _record_history(strategy, run, config, test_batch, step):
   run.history.append(run_metrics.history_line(
       step, run.since_eval, _evaluate(strategy, run, config, test_batch)))
@@ -267,7 +282,7 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
         finite = _step(run, host_batch, i, n_devices, fetched)
       except Exception as err:  # pylint: disable=broad-except
         if (run.name not in strategy.port_runs or run.perturbation is not None
-            or jax.process_count() > 1):  # peers can't tell: not a verdict
+            or not _raised_everywhere(run.name, i + 1)):
           err.add_note(f"in {run.name}'s step {i + 1}")  # the crash's line
           raise
         # A port's step that raises where pmap's runs fails at that step:
