@@ -156,13 +156,22 @@ def test_adafactor_and_lion_pass_through_their_first_step_flip(optimizer,
   assert apart and all(v["band_ratio"] > 10 and v["flip_steps"] == [1]
                        for v in apart), apart
   if steps == 50:
+    # Which later steps flip is the CPU's rounding: where this was first
+    # measured, pmap and the reference parted by sign flips at steps 21, 25,
+    # 30, 35 and 45 as well (over `flip_limit`, left out as flips); on the
+    # 2-core CI machine of 2026-12-07 at step 1 only, the same on the code
+    # of 19577bd. Either way the port stays bitwise pmap, each pair with the
+    # reference parts only by flips, and flips over the limit are shown.
     checks = proof.report["lockstep"]
-    assert checks["pairs"]["pmap~reference"]["sign_flips"]
     lockstep = [v for v in proof.report["equivalence"]
                 if v["at"] == "lockstep" and v["b"] == "reference"]
-    assert all(len(v["flip_steps"]) > checks["flip_limit"]
-               for v in lockstep), lockstep
-    assert "sign flips left out" in proof.table()
+    assert lockstep and all(v["verdict"] == "close" and v["flip_steps"]
+                            for v in lockstep), lockstep
+    assert [v["verdict"] for v in proof.report["equivalence"]
+            if v["at"] == "lockstep" and v["b"] == "pmap"] == ["bitwise"]
+    if any(len(v["flip_steps"]) > checks["flip_limit"] for v in lockstep):
+      assert checks["pairs"]["pmap~reference"]["sign_flips"]
+      assert "sign flips left out" in proof.table()
 
 
 @pytest.mark.parametrize("optimizer, loss, control, step", [

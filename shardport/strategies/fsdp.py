@@ -26,7 +26,6 @@ import sys
 import jax
 from jax import lax
 
-from shardport.launch import distributed
 from shardport.strategies import negative_controls as controls
 from shardport.strategies import throughput
 from shardport.strategies.data_parallel import DataParallel
@@ -72,6 +71,21 @@ def scatter_mean(grads, axes, axis_name, n):
                       grads, axes)
 
 
+def reduce_scatter_is_safe() -> bool:
+  """Whether `lax.psum_scatter` sums right every time on this run's devices.
+
+  Not where gloo carries the collectives (every `jax.distributed` job on
+  CPU, one process too): gloo's reduce-scatter, which jaxlib 0.10.2 calls
+  for it, now and then leaves wrong values at the end of rank 0's block
+  (jax-ml/jax#40830). A 2-process fsdp job then ended with another digest
+  in about 1 run of 6, its first step already differing in device 0's block
+  of the one large gradient (docs/jax-facts.md, Multi-process).
+  """
+  return not (jax.devices()[0].platform == "cpu"
+              and jax.distributed.is_initialized()
+              and jax.config.jax_cpu_collectives_implementation == "gloo")
+
+
 def reduce_scatter(x, axis_name, axis, n):
   """This device's block (along `axis`) of the sum of `x` over the devices:
   `lax.psum_scatter(..., tiled=True)`, except where gloo carries the
@@ -84,19 +98,6 @@ def reduce_scatter(x, axis_name, axis, n):
                                   lax.axis_index(axis_name) * size, size,
                                   axis=axis)
 # endregion
-
-
-def reduce_scatter_is_safe() -> bool:
-  """Whether `lax.psum_scatter` sums right every time on this run's devices.
-
-  Not where gloo carries the collectives (every `jax.distributed` job on
-  CPU, one process too): gloo's reduce-scatter, which jaxlib 0.10.2 calls
-  for it, now and then leaves wrong values at the end of rank 0's block
-  (jax-ml/jax#40830). A 2-process fsdp job then ended with another digest
-  in about 1 run of 6, its first step already differing in device 0's block
-  of the one large gradient (docs/jax-facts.md, Multi-process).
-  """
-  return distributed.collectives() != "gloo"
 
 
 def wrong_shard(module, run):
