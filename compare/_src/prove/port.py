@@ -13,10 +13,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
-import numpy as np
 
-from compare import conversions
 from compare._src.prove import adapt
+from compare._src.prove import port_fields
 from compare._src.prove import port_steps
 from compare._src.prove.port_steps import PortError
 
@@ -226,84 +225,6 @@ def _called(field, function, *args):
     raise PortError(f"{field} raised {port_steps.one_line(err)}") from err
 
 
-def _check_callables(port: Port) -> None:
-  if not isinstance(port.name, str) or not port.name:
-    raise PortError(f"name: a non-empty string, got {port.name!r}")
-  for field in ("pmap_step", "port_step"):
-    if not callable(getattr(port, field)):
-      raise PortError(f"{field} is not callable "
-                      f"(got {type(getattr(port, field)).__name__})")
-  for field in ("reference_step", "evaluate", "port_evaluate"):
-    value = getattr(port, field)
-    if value is not None and not callable(value):
-      raise PortError(f"{field} is not callable (got "
-                      f"{type(value).__name__}); leave it None or give a "
-                      "function")
-  if not isinstance(port.mesh, jax.sharding.Mesh):
-    raise PortError(f"mesh: a jax.sharding.Mesh, got "
-                    f"{type(port.mesh).__name__}")
-  _check_extra_ports(port.extra_ports)
-  if port.port_evaluate is not None and port.evaluate is None:
-    raise PortError("port_evaluate: give evaluate too (pmap's side's "
-                    "evaluation, which the port's is compared with)")
-  _check_mesh_spans_processes(port.mesh)
-  if not callable(port.batches) and not isinstance(port.batches, Iterable):
-    raise PortError("batches: a function of the step or an iterable, got "
-                    f"{type(port.batches).__name__}")
-  if isinstance(port.steps, bool) or not isinstance(port.steps, int) \
-      or port.steps < 1:
-    raise PortError(f"steps: a positive integer, got {port.steps!r}")
-  if hasattr(port.batches, "__len__") and len(port.batches) < port.steps:
-    raise PortError(f"batches: {len(port.batches)} batches for "
-                    f"{port.steps} steps")
-
-
-def _check_mesh_spans_processes(mesh) -> None:
-  """Every process holds some of the mesh's devices: pmap runs in each
-  process over its own. Every process reads the same answer from the same
-  global devices, so all of them refuse together (none waits on another
-  in a collective)."""
-  held = {d.process_index for d in mesh.devices.flat}
-  missing = sorted(set(range(jax.process_count())) - held)
-  if missing:
-    raise PortError(
-        f"mesh: its {mesh.size} devices are process(es) {sorted(held)}'s; "
-        f"process(es) {missing} of {jax.process_count()} hold none: build it "
-        f"over every process's devices (jax.devices() holds "
-        f"{jax.device_count()}, {jax.local_device_count()} a process)")
-
-
-# Run names the engine gives runs of its own (a Port's, the calibration's).
-RESERVED_RUNS = ("pmap", "port", "reference", "calibration")
-
-
-def _check_extra_ports(extra) -> None:
-  if extra is None:
-    return
-  if not isinstance(extra, dict):
-    raise PortError("extra_ports: a dict of run name -> step, got "
-                    f"{type(extra).__name__}")
-  for name, step in extra.items():
-    if (not isinstance(name, str) or not name.isidentifier()
-        or name.startswith(RESERVED_RUNS)):
-      raise PortError(f"extra_ports: run name {name!r}: a Python identifier "
-                      f"that does not start with {', '.join(RESERVED_RUNS)}")
-    if not callable(step):
-      raise PortError(f"extra_ports[{name!r}] is not callable (got "
-                      f"{type(step).__name__})")
-
-
-def _check_specs(port: Port, port_state) -> None:
-  """`port_specs` placeable: a prefix of the port's state, naming the
-  mesh's axes, dividing each dimension it splits."""
-  if port.port_specs is None:
-    return
-  try:
-    conversions.abstract_on_mesh(port_state, port.mesh, port.port_specs)
-  except (ValueError, TypeError) as err:
-    raise PortError(f"port_specs: {port_steps.one_line(err)}") from err
-
-
 @dataclasses.dataclass(frozen=True)
 class Checked:
   """A `Port` checked and in the harness's shape.
@@ -331,7 +252,7 @@ def check(port: Port) -> Checked:
   """Every check of a `Port`, before anything compiles."""
   if not isinstance(port, Port):
     raise PortError(f"expected a compare.Port, got {type(port).__name__}")
-  _check_callables(port)
+  port_fields.check_callables(port)
   state, rest = initial_state(port)
   port_state, port_rest = state, rest
   if port.port_init is not None:
@@ -342,16 +263,16 @@ def check(port: Port) -> Checked:
     if problem:
       raise PortError(problem)
   port = in_harness_shape(port, state, rest, port_rest)
-  _check_specs(port, port_state)
+  port_fields.check_specs(port, port_state)
   batches = Batches(port.batches)
   batch = _called("batches", batches, 0)
   rows = port_steps.check_batch(batch, port.mesh.size)
   layout = port_steps.check_steps(port, state, batch, port_state)
   if port.evaluate is not None:
-    metrics = _check_metrics("evaluate",
+    metrics = port_fields.check_metrics("evaluate",
                              _called("evaluate", port.evaluate, state))
   if port.port_evaluate is not None:
-    ported = _check_metrics("port_evaluate", _called(
+    ported = port_fields.check_metrics("port_evaluate", _called(
         "port_evaluate", port.port_evaluate, port_state))
     if set(ported) != set(metrics):
       raise PortError(f"port_evaluate returns {sorted(ported)} where "
@@ -373,14 +294,6 @@ def _held_differently(port_state, state) -> str | None:
   return ("port_init's state has init's arrays but another pytree: its "
           "leaves that are not arrays (a string, a tuple of axis names, a "
           "bool) are not init's; both sides' programs must hold them alike")
-
-
-def _check_metrics(field, metrics) -> dict:
-  if not isinstance(metrics, dict) or not all(
-      np.ndim(v) == 0 for v in metrics.values()):
-    raise PortError(f"{field} must return a dict of scalar metrics, got "
-                    f"{type(metrics).__name__}")
-  return metrics
 
 
 def load(spec: str) -> Port:
