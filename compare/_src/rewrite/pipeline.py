@@ -55,6 +55,7 @@ from compare._src.rewrite.write import global_rewriter
 from compare._src.rewrite.write import global_tidy
 from compare._src.rewrite.write import global_written
 from compare._src.rewrite.write import imports
+from compare._src.rewrite.write import other_pmaps_file
 from compare._src.rewrite.write import rewrite_pmap
 
 AXES = "the pmaps name "  # several axes, each a mesh: no call site moved
@@ -85,7 +86,7 @@ def rewrite_source(source: str, path: str = "<string>") -> records.Rewrite:
   references = names.References(aliases)
   wrapper.visit(references)
   if not references.lines and not references.removed:
-    _no_pmap(module, source, path)
+    return _no_pmap(module, source, path)
   rewriter = rewrite_pmap.PmapRewriter(aliases, path)
   new = wrapper.visit(rewriter)
   findings = list(rewriter.findings)
@@ -171,6 +172,9 @@ def rewrite_global_source(source: str, path: str = "<string>",
   Raises:
     RewriteError: `source` is not Python, or has no pmap.
   """
+  other = _other_library(source, path)
+  if other is not None:
+    return other
   try:
     read_back = first_step_undone.undone(source)
   except first_step_undone.UndoError as err:
@@ -198,6 +202,23 @@ def rewrite_global_source(source: str, path: str = "<string>",
           tuple(sorted(rest.findings + tuple(global_uncalled.findings(
               [function], source)), key=lambda f: f.line)), rest.ports)
   return whole
+
+
+def _other_library(source: str, path: str) -> "records.Rewrite | None":
+  """Both steps of a file whose pmaps are flax NNX's or equinox's and none
+  jax's (`other_pmaps_file`); None for any other file."""
+  try:
+    module = cst.parse_module(source)
+  except cst.ParserSyntaxError:
+    return None  # the first step says so
+  references = names.References(names.pmap_aliases(module))
+  metadata.MetadataWrapper(module).visit(references)
+  if references.lines or references.removed:
+    return None
+  other = other_pmaps.find(module)
+  if not other or not all(use.library for use in other):
+    return None
+  return _no_pmap(module, source, path, global_step=True)
 
 
 def _both_steps(source, path, declared) -> records.Rewrite:
@@ -320,15 +341,20 @@ def _out_of_view(steps, ports, shadowed, declared):
   return blockers, findings
 
 
-def _no_pmap(module, source: str, path: str):
-  """Raises the refusal of a file with no jax.pmap: `NoPmapFound` naming
-  another library's pmap where it has one (never "none found" there), or
-  saying it is the first step's output."""
+def _no_pmap(module, source: str, path: str, global_step: bool = False
+             ) -> records.Rewrite:
+  """The `Rewrite` of a file with no jax.pmap whose pmaps are flax NNX's or
+  equinox's (both steps with `global_step`); else raises its refusal:
+  `NoPmapFound` naming another library's pmap where it has one (never "none
+  found" there), or saying it is the first step's output."""
   if "_pmap_call(" in source:
     raise records.RewriteError(
         f"{path}: no jax.pmap found (it is the first step's output: "
         "--global takes the second)")
   other = other_pmaps.find(module)
+  if other and all(use.library for use in other):
+    # flax NNX's or equinox's pmaps only: ported (`other_pmaps_file`).
+    return other_pmaps_file.rewrite(module, path, other, global_step)
   if other:
     raise records.NoPmapFound(f"{path}: " + other[0].advice()
                               + (f" (and {len(other) - 1} more use"
