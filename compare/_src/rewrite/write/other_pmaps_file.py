@@ -34,9 +34,11 @@ from compare._src.rewrite.write import imports
 from compare._src.rewrite.write import other_pmaps_write
 
 # A mapped argument at a call site of the global step: this process's
-# stacked `[local devices, rows, ...]` as its rows of the global batch.
-GLOBAL_ROWS = ("jax.tree.map(lambda a: jax.make_array_from_process_local_data"
-               "(\n        {sharding}, a.reshape(-1, *a.shape[2:])), {arg})")
+# stacked `[local devices, rows, ...]` as its rows of the global batch
+# (`make_array_from_process_local_data` takes a tree of them).
+GLOBAL_ROWS = ("jax.make_array_from_process_local_data({sharding}, "
+               "jax.tree.map(\n{indent}    lambda a: a.reshape(-1, "
+               "*a.shape[2:]), {arg}))")
 
 
 class _Names(cst.CSTVisitor):
@@ -70,8 +72,11 @@ def rewrite(module: cst.Module, path: str, uses, global_step: bool
   new = wrapper.visit(writer)
   findings = list(writer.findings)
   if global_step and (writer.steps or writer.unbound):
+    # Read on the input (its lines), written on the ported module.
     sites = _CallSites(writer.steps, bound)
-    placed = metadata.MetadataWrapper(new).visit(sites)
+    metadata.MetadataWrapper(module).visit(sites)
+    placed = metadata.MetadataWrapper(new).visit(_CallSites(writer.steps,
+                                                            bound))
     refused = sites.refusals(set(writer.axes), writer.unbound)
     if refused:  # the first step, and why not the second
       first = rewrite(module, "", uses, global_step=False)
@@ -107,7 +112,7 @@ def _with_head(code, module, writer, bound, global_step) -> str:
   if equinox:
     block.append("\n" + other_pmaps_write.HELPER.format(
         helper=bound["helper"], lib=equinox[0]))
-  return imports.with_mesh(code, module, "".join(block) + "\n",
+  return imports.with_mesh(code, module, "".join(block),
                            functools=bool(equinox))
 
 
@@ -159,16 +164,25 @@ class _CallSites(cst.CSTTransformer):
           "global step places positional ones")))
       return updated
     mapped = step.mapped(len(original.args))
-    args = [a.with_changes(value=cst.parse_expression(GLOBAL_ROWS.format(
-        sharding=self._bound["batch"], arg=code_of(a.value))))
-            if m else a for a, m in zip(updated.args, mapped)]
-    if any(mapped):
-      self.findings.append(Finding(line, Kind.CHANGED, (
-          f"{name}(...): argument(s) {[i for i, m in enumerate(mapped) if m]}"
-          " made global batches where the step is called (each process's "
-          "stacked [devices, rows, ...] flattened into its rows), the body "
-          "as written"), Subject.CALL_SITE))
-    return updated.with_changes(args=args)
+    if not any(mapped):
+      return updated
+    indent = "    "  # LibCST adds the statement's own indentation
+    args = [GLOBAL_ROWS.format(sharding=self._bound["batch"], indent=indent,
+                               arg=code_of(a.value)) if m
+            else code_of(a.value) for a, m in zip(updated.args, mapped)]
+    self.findings.append(Finding(line, Kind.CHANGED, (
+        f"{name}(...): argument(s) {[i for i, m in enumerate(mapped) if m]} "
+        "made global batches where the step is called (each process's "
+        "stacked [devices, rows, ...] flattened into its rows), the body "
+        "as written"), Subject.CALL_SITE))
+    lines = []  # a global batch on its own line, the rest together
+    for i, (arg, m) in enumerate(zip(args, mapped)):
+      if lines and not m and not mapped[i - 1]:
+        lines[-1] += f", {arg}"
+      else:
+        lines.append(arg)
+    return cst.parse_expression(f"{code_of(updated.func)}(\n{indent}"
+                                + f",\n{indent}".join(lines) + ")")
 
   def refusals(self, axes, unbound) -> list[Finding]:
     """The places the second step cannot take, as findings: `axes` the

@@ -124,13 +124,13 @@ class OtherPmapWriter(cst.CSTTransformer):
     if isinstance(step, str):
       self._person(line, step)
       return None
-    self.libraries[library_prefix(name, library)] = library
-    self.axes.append(step.axis)
     return step
 
   def _ported(self, step, prefix, line, bound_to):
     """The finding of a ported pmap, and its step recorded by name."""
     jit = _JIT[step.library].format(lib=prefix)
+    self.libraries[prefix] = step.library
+    self.axes.append(step.axis)
     self.findings.append(Finding(line, Kind.CHANGED, (
         f"{prefix}.{'pmap' if step.library == NNX else 'filter_pmap'} -> "
         f"{jit} over a shard_map on a 1-D mesh '{step.axis}' of every "
