@@ -100,7 +100,7 @@ def _with_head(code, module, writer, bound, global_step) -> str:
   block = []
   for prefix, library in writer.libraries.items():
     if prefix == library:  # the pmap was imported by name
-      block.append(f"import {library}\n")
+      code = _with_import(code, f"import {library}")
   for axis, name in bound["meshes"].items():
     block.append(global_written.mesh_block(f'"{axis}"', {"mesh": name}))
   if global_step and writer.steps:
@@ -114,6 +114,14 @@ def _with_head(code, module, writer, bound, global_step) -> str:
         helper=bound["helper"], lib=equinox[0]))
   return imports.with_mesh(code, module, "".join(block),
                            functools=bool(equinox))
+
+
+def _with_import(code: str, line: str) -> str:
+  """`code` with `line` after its last top-level import."""
+  lines = code.splitlines(keepends=True)
+  last = max((i + 1 for i, text in enumerate(lines)
+              if text.startswith(("import ", "from "))), default=0)
+  return "".join(lines[:last] + [line + "\n"] + lines[last:])
 
 
 class _CallSites(cst.CSTTransformer):
