@@ -265,8 +265,10 @@ class PmapRewriter(cst.CSTTransformer):
     if name.endswith(("nnx.pmap", "filter_pmap")):
       self.findings.append(Finding(line, Kind.PERSON, (
           f"{name}: flax NNX and equinox map their own state; port it to "
-          "nnx.shard_map or eqx.filter_shard_map by hand (the guide's "
-          "examples/nnx_mlp and examples/equinox_mlp)")))
+          "nnx.shard_map under nnx.jit or eqx.filter_jit over "
+          "jax.shard_map by hand (the guide's examples/nnx_mlp and "
+          "examples/equinox_mlp; a file whose pmaps are all theirs is "
+          "ported)")))
     if name in stacked_calls.REMOVED_PUTS:
       self.uses_put = True
       helper = stacked_calls.REMOVED_PUTS[name]
