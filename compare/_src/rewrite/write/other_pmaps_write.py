@@ -81,6 +81,18 @@ def library_prefix(name: str, library: str) -> str:
   return name.rsplit(".", 1)[0] if "." in name else library
 
 
+def _arrays_only(code: str, prefix: str) -> str:
+  """`code` with pmap's per-device view taken of arrays only, as
+  `filter_pmap` maps them: an equinox module's other leaves (functions,
+  flags) pass as they are (`prefix`: the file's name for equinox)."""
+  is_array = f" if {prefix}.is_array(a) else a,"
+  return code.replace(
+      "jax.tree.map(lambda a: a[0],",
+      f"jax.tree.map(lambda a: a[0]{is_array}").replace(
+          "jax.tree.map(lambda a: jax.numpy.expand_dims(a, 0),",
+          f"jax.tree.map(lambda a: jax.numpy.expand_dims(a, 0){is_array}")
+
+
 class OtherPmapWriter(cst.CSTTransformer):
   """Ports every `nnx.pmap` / `eqx.filter_pmap` it can; a `Finding` each.
 
@@ -94,7 +106,8 @@ class OtherPmapWriter(cst.CSTTransformer):
 
   def __init__(self, uses, bound: dict, global_step: bool, arity: dict):
     super().__init__()
-    self._arity = arity  # a module-level function -> its parameter count
+    self._arities = arity  # a function of the file -> its parameters
+    self._pmap_name = ""  # the pmap being written, as the file names it
     self._pmaps = {use.name: use.library for use in uses if use.library}
     self._bound = bound  # "mesh", "helper": the module-level names
     self._global = global_step
@@ -119,6 +132,7 @@ class OtherPmapWriter(cst.CSTTransformer):
     """The `OtherStep` of a pmap node (a call or a bare name), or None
     with a finding."""
     name, library = self._pmap_of(node)
+    self._pmap_name = name
     step = other_pmap_args.read(node if isinstance(node, cst.Call) else None,
                                 library, line, name)
     if isinstance(step, str):
@@ -246,7 +260,11 @@ class OtherPmapWriter(cst.CSTTransformer):
           f"{fn.name.value} returns an output mapped over the devices "
           "(out_axes 0) from more than one return, or not as a tuple: "
           "pmap stacks it per device; port it by hand"))
-    return viewed
+      return None
+    if step.library == NNX:
+      return viewed
+    prefix = library_prefix(self._pmap_name, step.library)
+    return cst.parse_statement(_arrays_only(code_of(viewed), prefix))
 
   def leave_Call(self, original, updated):
     if id(original) in self._decorators or not self._pmap_of(original):
@@ -284,7 +302,7 @@ class OtherPmapWriter(cst.CSTTransformer):
           "hand"))
       return None
     count = (len(step.in_axes) if isinstance(step.in_axes, tuple)
-             else self._arity.get(fun))
+             else self._arity(step.fun))
     mapped = step.mapped(count or 0)
     if self._global or (not any(mapped) and outs != 0):
       return fun
@@ -297,7 +315,26 @@ class OtherPmapWriter(cst.CSTTransformer):
     params = [f"a{i}" for i in range(count)]
     args = [global_written.UNSTACK.format(p) if m else p
             for p, m in zip(params, mapped)]
-    body = f"{fun}({', '.join(args)})"
+    # One argument a line (LibCST indents them under the statement).
+    indent = " " * (12 if outs == 0 else 8)
+    body = f"{fun}(\n" + ",\n".join(indent + a for a in args) + ")"
     if outs == 0:
-      body = global_written.STACK.format(body)
-    return f"lambda {', '.join(params)}: {body}"
+      body = (global_written.STACK.split("{}")[0].rstrip() + "\n        "
+              + body + ")")
+    view = f"lambda {', '.join(params)}: {body}"
+    if step.library == NNX:
+      return view
+    return _arrays_only(view, library_prefix(self._pmap_name, step.library))
+
+  def _arity(self, fun) -> int | None:
+    """How many positional arguments `fun` takes: a function of this file,
+    or a `functools.partial` of one (less the arguments it binds)."""
+    if isinstance(fun, cst.Name):
+      return self._arities.get(fun.value)
+    if (isinstance(fun, cst.Call) and dotted(fun.func) in (
+        "functools.partial", "partial") and fun.args
+        and isinstance(fun.args[0].value, cst.Name)
+        and not any(a.star for a in fun.args)):
+      count = self._arities.get(fun.args[0].value.value)
+      return None if count is None else count - (len(fun.args) - 1)
+    return None
