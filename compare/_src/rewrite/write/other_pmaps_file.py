@@ -83,6 +83,10 @@ def rewrite(module: cst.Module, path: str, uses, global_step: bool
       return records.Rewrite(first.code, tuple(sorted(
           first.findings + tuple(refused), key=lambda f: f.line)))
     new, findings = placed, findings + sites.findings
+  elif writer.steps:  # the first step: each call site keeps pmap's layout
+    sites = _CallSites(writer.steps, bound, first_step=True)
+    metadata.MetadataWrapper(module).visit(sites)
+    findings += sites.findings
   seen = {f.line for f in findings}
   findings += [Finding(use.line, Kind.PERSON, (
       f"{use.name} used as a value (not called or a decorator): port it "
@@ -126,18 +130,20 @@ def _with_import(code: str, line: str) -> str:
 
 class _CallSites(cst.CSTTransformer):
   """Each call of a ported step: its mapped arguments made global batches
-  of rows; `refusals` says where the second step cannot be read."""
+  of rows (or, `first_step`, a finding that they keep pmap's layout);
+  `refusals` says where the second step cannot be read."""
 
   METADATA_DEPENDENCIES = (metadata.PositionProvider,)
 
-  def __init__(self, steps, bound):
+  def __init__(self, steps, bound, first_step: bool = False):
     super().__init__()
-    self._steps, self._bound = steps, bound
+    self._steps, self._bound, self._first = steps, bound, first_step
     self.findings, self._blocked = [], []
     self._called = set()
     self._funcs = set()  # ids of the Name nodes called
 
   def _line(self, node):
+    """Where `node` starts."""
     return self.get_metadata(metadata.PositionProvider, node).start.line
 
   def visit_Call(self, node):
@@ -174,12 +180,18 @@ class _CallSites(cst.CSTTransformer):
     mapped = step.mapped(len(original.args))
     if not any(mapped):
       return updated
+    at = [i for i, m in enumerate(mapped) if m]
+    if self._first:
+      self.findings.append(Finding(line, Kind.KEPT, (
+          f"{name}(...): argument(s) {at} keep pmap's stacked [devices, "
+          "...] layout (--global makes them global batches here)")))
+      return updated
     indent = "    "  # LibCST adds the statement's own indentation
     args = [GLOBAL_ROWS.format(sharding=self._bound["batch"], indent=indent,
                                arg=code_of(a.value)) if m
             else code_of(a.value) for a, m in zip(updated.args, mapped)]
     self.findings.append(Finding(line, Kind.CHANGED, (
-        f"{name}(...): argument(s) {[i for i, m in enumerate(mapped) if m]} "
+        f"{name}(...): argument(s) {at} "
         "made global batches where the step is called (each process's "
         "stacked [devices, rows, ...] flattened into its rows), the body "
         "as written"), Subject.CALL_SITE))

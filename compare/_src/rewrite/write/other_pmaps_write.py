@@ -117,6 +117,7 @@ class OtherPmapWriter(cst.CSTTransformer):
     self._assigned = {}  # id of a pmap call -> the name it is bound to
 
   def _line(self, node) -> int:
+    """Where `node` starts."""
     return self.get_metadata(metadata.PositionProvider, node).start.line
 
   def _pmap_of(self, node):
@@ -126,6 +127,7 @@ class OtherPmapWriter(cst.CSTTransformer):
     return (name, self._pmaps[name]) if name in self._pmaps else None
 
   def _person(self, line, text):
+    """A place left as written, and why."""
     self.findings.append(Finding(line, Kind.PERSON, text))
 
   def _step(self, node, line):
