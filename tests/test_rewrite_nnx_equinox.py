@@ -162,3 +162,43 @@ def test_global_falls_back_to_the_first_step_where_it_cannot_read(
   assert [(f.line, f.kind) for f in blocked] == [
       (line, Kind.PERSON) for line in lines]
   assert says in blocked[0].text
+
+
+_STACKED_MODEL = '''import functools
+
+import equinox as eqx
+import jax
+
+
+def step(model, x, scale):
+  return jax.lax.pmean(jax.vmap(model)(x) * scale, "d"), model
+
+
+p_step = eqx.filter_pmap(functools.partial(step, scale=2.0), axis_name="d")
+'''
+
+
+def test_a_stacked_equinox_model_through_a_partial_computes_pmaps_result():
+  # As equinox's BERT example pmaps: every argument mapped (the model
+  # stacked per device, its activations functions), a functools.partial.
+  import equinox as eqx  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  import jax  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  import numpy as np  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  result = _findings(_STACKED_MODEL)
+  assert "lambda a0, a1:" in result.code and "eqx.is_array(a)" in result.code
+  assert [f.kind for f in result.findings] == [Kind.CHANGED]
+  model = eqx.nn.MLP(2, 1, 4, 1, key=jax.random.key(0))
+  stacked = jax.tree.map(lambda a: np.stack([a] * 8) if eqx.is_array(a)
+                         else a, model)
+  x = np.arange(48, dtype=np.float32).reshape(8, 3, 2) / 48
+  outs = []
+  for code in (_STACKED_MODEL, result.code):
+    names = {}
+    exec(compile(code, "prog.py", "exec"), names)  # pylint: disable=exec-used
+    outs.append(names["p_step"](stacked, x))
+  (loss, back), (port_loss, port_back) = outs
+  np.testing.assert_array_equal(np.asarray(port_loss), np.asarray(loss))
+  assert port_back.activation is model.activation  # held out, put back
+  for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(port_back)):
+    if eqx.is_array(a):
+      np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
