@@ -202,3 +202,15 @@ def test_a_stacked_equinox_model_through_a_partial_computes_pmaps_result():
   for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(port_back)):
     if eqx.is_array(a):
       np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
+
+
+def test_a_program_that_joins_jax_distributed_is_left_with_the_line():
+  # The port's mesh is built at import: before the program's join.
+  text = (_HEAD + "jax.distributed.initialize()\n\n\n@nnx.pmap(axis_name="
+          "'i', in_axes=(None, 0), out_axes=None)\ndef f(m, x):\n"
+          "  return m(x)\n")
+  for global_step in (False, True):
+    result = _findings(text, global_step)
+    assert result.code == text
+    assert [(f.line, f.kind) for f in result.findings] == [(5, Kind.PERSON)]
+    assert "joins jax.distributed" in result.findings[0].text

@@ -42,10 +42,18 @@ GLOBAL_ROWS = ("jax.make_array_from_process_local_data({sharding}, "
 
 
 class _Names(cst.CSTVisitor):
-  """Every name the module uses, and its functions' positional arity."""
+  """Every name the module uses, its functions' positional arity, and the
+  line where it joins `jax.distributed` (0: nowhere)."""
+
+  METADATA_DEPENDENCIES = (metadata.PositionProvider,)
 
   def __init__(self):
-    self.used, self.arity = set(), {}
+    self.used, self.arity, self.joins = set(), {}, 0
+
+  def visit_Call(self, node):
+    if dotted(node.func) == "jax.distributed.initialize" and not self.joins:
+      self.joins = self.get_metadata(metadata.PositionProvider,
+                                     node).start.line
 
   def visit_Name(self, node):
     self.used.add(node.value)
@@ -61,7 +69,13 @@ def rewrite(module: cst.Module, path: str, uses, global_step: bool
   """The `Rewrite` of a module whose pmaps are `uses` (`OtherPmap`s)."""
   del path  # the findings name lines; the report names the file
   names = _Names()
-  module.visit(names)
+  metadata.MetadataWrapper(module).visit(names)
+  if names.joins:
+    return records.Rewrite(module.code, (Finding(names.joins, Kind.PERSON, (
+        "the program joins jax.distributed here: the port's mesh is built "
+        "at import, before the join (its devices would be this process's "
+        "alone, and jax could not join after); port it by hand with the "
+        "mesh made after the join (docs/MANY-HOSTS.md)")),))
   free = lambda pool: next(n for n in pool if n not in names.used)
   bound = {"mesh": free(("mesh", "device_mesh", "pmap_axis_mesh")),
            "helper": free(other_pmaps_write.HELPER_NAMES), "meshes": {},
