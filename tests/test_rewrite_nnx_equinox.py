@@ -202,6 +202,19 @@ def test_a_stacked_equinox_model_through_a_partial_computes_pmaps_result():
   for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(port_back)):
     if eqx.is_array(a):
       np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
+  # The example replicates with jax.device_put_replicated (removed in jax
+  # 0.10): the same stacked copies, the activations as they are.
+  put = _findings(_STACKED_MODEL + "\n\ndef replicated(model):\n  return "
+                  "jax.device_put_replicated(model, jax.local_devices())\n")
+  assert [f.subject for f in put.findings] == [Subject.PMAP,
+                                               Subject.REMOVED_CALL]
+  names = {}
+  exec(compile(put.code, "prog.py", "exec"), names)  # pylint: disable=exec-used
+  copies = names["replicated"](model)
+  assert copies.activation is model.activation
+  for a, b in zip(jax.tree.leaves(stacked), jax.tree.leaves(copies)):
+    if eqx.is_array(a):
+      np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
 
 
 def test_a_program_that_joins_jax_distributed_is_left_with_the_line():

@@ -85,7 +85,8 @@ def rewrite_source(source: str, path: str = "<string>") -> records.Rewrite:
   wrapper = metadata.MetadataWrapper(module)
   references = names.References(aliases)
   wrapper.visit(references)
-  if not references.lines and not references.removed:
+  if not references.lines and (not references.removed
+                                or _theirs_only(module)):
     return _no_pmap(module, source, path)
   rewriter = rewrite_pmap.PmapRewriter(aliases, path)
   new = wrapper.visit(rewriter)
@@ -213,12 +214,16 @@ def _other_library(source: str, path: str) -> "records.Rewrite | None":
     return None  # the first step says so
   references = names.References(names.pmap_aliases(module))
   metadata.MetadataWrapper(module).visit(references)
-  if references.lines or references.removed:
-    return None
-  other = other_pmaps.find(module)
-  if not other or not all(use.library for use in other):
+  if references.lines or not _theirs_only(module):
     return None
   return _no_pmap(module, source, path, global_step=True)
+
+
+def _theirs_only(module) -> bool:
+  """Whether `module`'s pmaps (it has no jax.pmap) are all flax NNX's or
+  equinox's: ported whole, its removed `device_put_replicated` too."""
+  other = other_pmaps.find(module)
+  return bool(other) and all(use.library for use in other)
 
 
 def _both_steps(source, path, declared) -> records.Rewrite:

@@ -105,9 +105,10 @@ def rewrite(module: cst.Module, path: str, uses, global_step: bool
   findings += [Finding(use.line, Kind.PERSON, (
       f"{use.name} used as a value (not called or a decorator): port it "
       "by hand")) for use in uses if use.line not in seen]
-  if not writer.libraries:
-    return records.Rewrite(module.code, tuple(sorted(
-        findings, key=lambda f: f.line)))
+  if not writer.libraries:  # no step ported: a removed call may be
+    return records.Rewrite(imports.with_mesh(new.code, module, "", False)
+                           if new.code != module.code else module.code,
+                           tuple(sorted(findings, key=lambda f: f.line)))
   return records.Rewrite(_with_head(new.code, module, writer, bound,
                                     global_step),
                          tuple(sorted(findings, key=lambda f: f.line)))
@@ -198,7 +199,7 @@ class _CallSites(cst.CSTTransformer):
     if self._first:
       self.findings.append(Finding(line, Kind.KEPT, (
           f"{name}(...): argument(s) {at} keep pmap's stacked [devices, "
-          "...] layout (--global makes them global batches here)")))
+          "...] layout")))
       return updated
     indent = "    "  # LibCST adds the statement's own indentation
     args = [GLOBAL_ROWS.format(sharding=self._bound["batch"], indent=indent,

@@ -37,6 +37,7 @@ from libcst import metadata
 
 from compare._src.rewrite import records
 from compare._src.rewrite.read import other_pmap_args
+from compare._src.rewrite.read import stacked_calls
 from compare._src.rewrite.read.names import code_of
 from compare._src.rewrite.read.names import dotted
 from compare._src.rewrite.records import Finding
@@ -75,6 +76,11 @@ def {helper}(fun, *, mesh, in_specs, out_specs):
 '''
 
 
+def other_pmaps_prefix(use) -> str:
+  """The file's name for the library of an `OtherPmap`."""
+  return library_prefix(use.name, use.library)
+
+
 def library_prefix(name: str, library: str) -> str:
   """How the file names the library of the pmap `name` (`nnx.pmap` ->
   `nnx`); the module's full name where the pmap was imported by name."""
@@ -109,6 +115,9 @@ class OtherPmapWriter(cst.CSTTransformer):
     self._arities = arity  # a function of the file -> its parameters
     self._pmap_name = ""  # the pmap being written, as the file names it
     self._pmaps = {use.name: use.library for use in uses if use.library}
+    # The file's name for each library: equinox's filters arrays.
+    self._libraries_seen = {other_pmaps_prefix(use): use.library
+                            for use in uses if use.library}
     self._bound = bound  # "mesh", "helper": the module-level names
     self._global = global_step
     self.findings, self.steps, self.libraries = [], {}, {}
@@ -269,6 +278,8 @@ class OtherPmapWriter(cst.CSTTransformer):
     return cst.parse_statement(_arrays_only(code_of(viewed), prefix))
 
   def leave_Call(self, original, updated):
+    if dotted(original.func) in stacked_calls.REMOVED_PUTS:
+      return self._removed_put(original, updated)
     if id(original) in self._decorators or not self._pmap_of(original):
       return updated
     line = self._line(original)
@@ -290,6 +301,28 @@ class OtherPmapWriter(cst.CSTTransformer):
     code = f"{jit}({mapped}" + (f", {donation})" if donation else ")")
     self._ported(step, prefix, line, self._assigned.get(id(original)))
     return cst.parse_expression(code)
+
+  def _removed_put(self, original, updated):
+    """`jax.device_put_replicated(x, devices)` (removed in jax 0.10): the
+    same stacked copies, one per device, of `x`'s arrays (an equinox
+    module's other leaves as they are); the step's jit places them."""
+    line, name = self._line(original), dotted(original.func)
+    args = updated.args
+    if (name != "jax.device_put_replicated" or len(args) != 2
+        or any(a.keyword or a.star for a in args)):
+      self._person(line, (f"{name} (removed in jax 0.10) here: stack the "
+                          "copies by hand (docs/MIGRATION.md#staged)"))
+      return updated
+    value, devices = code_of(args[0].value), code_of(args[1].value)
+    equinox = [p for p, lib in self._libraries_seen.items() if lib == EQUINOX]
+    keep = f" if {equinox[0]}.is_array(a) else a" if equinox else ""
+    self.findings.append(Finding(line, Kind.CHANGED, (
+        f"{stacked_calls.REMOVED} {name}(...) -> the same stacked copies, "
+        "one per device (jax.numpy.stack), placed by the step's jit"),
+                                 Subject.REMOVED_CALL))
+    return cst.parse_expression(
+        f"jax.tree.map(\n    lambda a: jax.numpy.stack([a] * len({devices}))"
+        f"{keep},\n    {value})")
 
   def _call_view(self, step, line) -> str | None:
     """The function a called pmap maps, as shard_map takes it: as written,
