@@ -1,9 +1,11 @@
 """Another library's pmap in a file with no `jax.pmap`: where, and what to do.
 
-In: a parsed module. Out: `OtherPmap`s, each a use of a pmap the rewrite
-does not take (flax NNX's `nnx.pmap`, equinox's `filter_pmap`, any other
-`*.pmap`), with its line and the way to port it by hand, so that a file
-that has a pmap is never told it has none.
+In: a parsed module. Out: `OtherPmap`s, each a use of a pmap that is not
+`jax.pmap` (flax NNX's `nnx.pmap`, equinox's `filter_pmap`, any other
+`*.pmap`), with its line, so that a file that has a pmap is never told it
+has none. A file whose pmaps are all flax NNX's or equinox's is ported
+(`write.other_pmaps_file`); `advice` is the way to port one by hand where
+it is not (an unknown library's, or one beside a `jax.pmap`).
 """
 
 import dataclasses

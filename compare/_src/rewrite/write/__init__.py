@@ -9,6 +9,8 @@ jax.distributed join in `global_joined`, keyword arguments passed by
 position in `global_keywords`), else with the first step's helpers
 (`global_rewriter`); then what it left dead or stale removed or named
 (`global_tidy`) and the imports and helpers or mesh at the head
-(`imports`). Each change is a typed `Finding`
+(`imports`). A file whose pmaps are all flax NNX's or equinox's
+(`nnx.pmap`, `eqx.filter_pmap`) is ported whole by `other_pmaps_file`,
+each step by `other_pmaps_write`. Each change is a typed `Finding`
 (`compare._src.rewrite.records`).
 """
