@@ -106,6 +106,9 @@ class OtherPmapWriter(cst.CSTTransformer):
     findings: one per pmap: changed, or left to a person and why.
     steps: the name each ported step is bound to -> (`OtherStep`, line).
     libraries: the libraries whose pmaps were ported, by prefix.
+    axes: each ported pmap's axis.
+    unbound: the lines of ported pmaps bound to no name (`--global`
+      cannot follow their callers).
   """
 
   METADATA_DEPENDENCIES = (metadata.PositionProvider,)
