@@ -7,7 +7,9 @@ read back (`read.first_step_undone`), the first step, the program read and
 planned (`plan.global_layouts`), the global step written without helpers
 (`write.global_plain`) or with them (`write.global_rewriter`) and tidied
 (`write.global_tidy`); where refused, retried with each function nothing
-calls set aside (`read.global_uncalled`).
+calls set aside (`read.global_uncalled`). A file whose pmaps are all flax
+NNX's or equinox's (no jax.pmap) is ported whole, in either step, by
+`write.other_pmaps_file`.
 
 The second step, to global arrays: the first step keeps pmap's stacked
 `[devices, ...]` layout. This one places the state once on the mesh and each
