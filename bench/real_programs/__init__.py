@@ -13,4 +13,6 @@ pmap tutorial as a script.
   examples/imagenet: `wmt_constructs`, `imagenet_constructs`; what a
   person does to wmt where `--global` names a place: `wmt_person`.
 - brax's PPO as its own `train_test.py` runs it: `brax_ppo`.
+- equinox's BERT example (`eqx.filter_pmap`), its notebook's code as
+  written: `equinox_bert`.
 """

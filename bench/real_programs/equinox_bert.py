@@ -82,8 +82,8 @@ def programs(notebook: pathlib.Path) -> tuple[str, str]:
   for pattern, replacement in _ADAPTED:
     code, count = re.subn(pattern, replacement, code)
     if count != 1:
-      raise ValueError(f"{notebook}: {pattern!r} matched {count} times, "
-                       "not once: another version of the example")
+      raise ValueError(f"{pattern!r} matched {count} times, not once: "
+                       "another version of the example")
   # `jax.random.PRNGKey | None` in its annotations fails on Python 3.11.
   head = "from __future__ import annotations\n"
   train = code.index("epochs = 1")
