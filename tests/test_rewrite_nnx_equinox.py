@@ -217,6 +217,17 @@ def test_a_stacked_equinox_model_through_a_partial_computes_pmaps_result():
       np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
 
 
+def test_a_call_with_keyword_arguments_is_named_in_the_first_step():
+  # The port's specs are positional: such a call fails.
+  text = (_HEAD + "@nnx.pmap(axis_name='i', in_axes=(None, 0), "
+          "out_axes=None)\ndef f(m, x):\n  return m(x)\n\n\n"
+          "y = f(m, x=x)\n")
+  result = _findings(text)
+  assert [(f.line, f.kind) for f in result.findings] == [
+      (5, Kind.CHANGED), (10, Kind.PERSON)]
+  assert "pass them by position" in result.findings[1].text
+
+
 def test_a_program_that_joins_jax_distributed_is_left_with_the_line():
   # The port's mesh is built at import: before the program's join.
   text = (_HEAD + "jax.distributed.initialize()\n\n\n@nnx.pmap(axis_name="

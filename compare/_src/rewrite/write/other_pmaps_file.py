@@ -188,6 +188,12 @@ class _CallSites(cst.CSTTransformer):
     line = self._line(original)
     self._called.add(name)
     if any(a.keyword is not None or a.star for a in original.args):
+      if self._first:  # the port's specs are positional
+        self.findings.append(Finding(line, Kind.PERSON, (
+            f"{name} is called with keyword or starred arguments: the "
+            "port's in_specs name its positional arguments (nnx.shard_map "
+            "fails on this call, equinox's filter_shard_map takes none); "
+            "pass them by position")))
       self._blocked.append((line, (
           f"{name} is called with keyword or starred arguments: the "
           "global step places positional ones")))
