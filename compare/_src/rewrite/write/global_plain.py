@@ -225,12 +225,16 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
     params = global_static.parameter_names(
         fn, global_static.count(step), global_static.read_names(
             code_of(fun)))
-    self.findings[-1] = dataclasses.replace(
-        self.findings[-1], text=self.findings[-1].text + (
-            f"; static_broadcasted_argnums {step.static} as jit's "
-            "static_argnums, closed over by the shard_map'd function"))
+    self._static_said(step.static)
     return global_static.step_expression(fun, params, step.static, parts,
                                          donate, 79 - self._column)
+
+  def _static_said(self, static):
+    # The pmap's own finding says where its static arguments went.
+    self.findings[-1] = dataclasses.replace(
+        self.findings[-1], text=self.findings[-1].text + (
+            f"; static_broadcasted_argnums {static} as jit's static_argnums,"
+            " closed over by the function shard_map maps"))
 
   def leave_Call(self, original, updated):
     written = super().leave_Call(original, updated)
@@ -303,6 +307,7 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
         self.unplain = (f"{updated.name.value}'s parameters cannot name "
                         f"its static arguments {static}")
         return updated
+      self._static_said(static)
       return written
     return updated.with_changes(decorators=[
         cst.Decorator(cst.parse_expression(d))

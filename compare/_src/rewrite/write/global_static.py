@@ -108,7 +108,9 @@ def step_expression(fun, params, static, parts, donate, width=79) -> str:
   mapped = [p for i, p in enumerate(params) if i not in static]
   head, args = _call(fun, params)
   lead = f"        lambda {', '.join(mapped)}: {head}("
-  inner = _packed(lead, args, " " * len(lead), width, "),")
+  inner = [lead + ", ".join(args) + "),"]
+  if len(inner[0]) > width:  # the arguments on lines of their own
+    inner = [lead, *_packed(" " * 12, args, " " * 12, width, "),")]
   jit = [f"static_argnums={static!r}"] + (
       [] if donate is None else [f"donate_argnums={donate}"])
   return "\n".join(
