@@ -18,10 +18,12 @@ import subprocess
 import sys
 
 import jax
+import libcst
 import numpy as np
 
 from compare import rewrite
 from compare._src.rewrite import pipeline
+from compare._src.rewrite.write import global_static
 from tests import test_rewrite_global  # pylint: disable=g-bad-import-order
 from tests.test_rewrite_global import assert_idiomatic  # pylint: disable=g-bad-import-order
 
@@ -152,3 +154,18 @@ def test_an_outputs_layout_is_asked_where_it_is_read():
       "global step not written: output 1 of train_step is read as one "
       "value at line 52 and per device at line 54 (docs/MIGRATION.md"
       "#idiom-map)"]
+
+
+def test_the_lambdas_parameters_hide_no_name_the_mapped_function_reads():
+  # `functools.partial(step, rate=rate)`: a lambda parameter named `rate`
+  # would hand the step the traced argument, not the module's value.
+  fn = libcst.parse_statement("def step(w, batch, rate):\n  pass\n")
+  assert global_static.parameter_names(fn, 3, {"step", "w"}) == [
+      "arg0", "arg1", "arg2"]
+  assert global_static.parameter_names(fn, 3, {"step"}) == [
+      "w", "batch", "rate"]
+  assert global_static.parameter_names(None, 2, {"arg0"}) == [
+      "_arg0", "_arg1"]
+  assert global_static.read_names(
+      "functools.partial(step, rate=rate)") == {
+          "functools", "partial", "step", "rate"}
