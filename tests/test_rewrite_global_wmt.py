@@ -58,8 +58,12 @@ def test_wmt_with_the_persons_edit_takes_the_second_step(tmp_path, capsys):
   text = rewrite_helpers.without_helpers(port.read_text())
   for call in LEFT:
     assert call not in text, call
-  # The handed steps' parameters are P() where the functions call them.
-  assert text.count("in_specs=((jax.P(), jax.P(\"batch\"))") == 2, text
+  # No helper (its static p_pred_step: jit's static_argnums over a
+  # shard_map built per eos_id, max_decode_len); the handed steps'
+  # parameters are P() where the functions call them.
+  assert "_pmap_" not in port.read_text()
+  assert text.count("in_specs=(jax.P(), jax.P(\"batch\")") == 2, text
+  assert "static_argnums=(3, 4))  # eos token, max_length" in text
 
 
 def test_the_persons_edit_refuses_another_file(tmp_path):

@@ -162,11 +162,13 @@ def test_a_tree_map_of_the_files_replicator_places_the_state():
 def test_a_step_put_inline_into_a_nested_functions_returned_replace():
   # The inline call's scope is the innermost function's (global_reader.
   # visit_Call): its returned replace is read where `inner` is called.
+  # `inner` is defined before `state` is replicated: it may see either.
   people = _people(_findings(
-      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "def run(state, batch):\n"
       "  def inner(b):\n"
       "    return state.replace(metrics=p_step(state, "
       "common_utils.shard(b)))\n"
+      "  state = jax_utils.replicate(state)\n"
       "  s = inner(batch)\n  return jax_utils.unreplicate(s)\n"))
   assert any("(conflict and ['replicated'])" in text for text in people), (
       people)

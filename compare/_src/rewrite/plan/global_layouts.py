@@ -76,7 +76,11 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
     value when it is called, not where it is written)."""
     own, (scope, assigns) = scope, self._assigns(scope, name)
     if scope not in (own, "<module>"):
-      return scope, assigns
+      # A nested function runs after its def: the bindings reaching that
+      # line, or any later (all where the def is not one in view).
+      line = self.r.def_line_in(own, scope)
+      return scope, assigns if line is None else self.reaching(
+          scope, name, line)[1] + [a for a in assigns if a.line > line]
     # A binding whose statement ends at or after the read (the read in
     # its own right-hand side, on any of its lines) is a later one.
     prior = [a for a in assigns if a.end < line]
@@ -203,14 +207,17 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
         failing = next((r for r in reads if not self.read_as_one(r)), None)
         if failing is not None and self.reduced_reads_of(a.kind[1:], reads):
           failing = None
-        kind = R if reads and failing is None else S
         if failing is not None:
           self.read_per_device[a.kind[1:]] = failing[2]
-        sites.setdefault(a.kind[1:], {})[kind] = a.line
+        # By the line that reads it; an output read nowhere here (`_`)
+        # asks for no layout, and takes pmap's where no call reads it.
+        found = sites.setdefault(a.kind[1:], {})
+        if reads:
+          found.setdefault(S if failing else R, (failing or reads[0])[2])
     for name, line, scope, root in self.r.inline:
       # Put into `state.replace(...)`: it goes where that goes.
-      sites.setdefault((name, None), {})[R if self.read_as_one(
-          (scope, root.value, line, {"replace"}, root)) else S] = line
+      sites.setdefault((name, None), {}).setdefault(R if self.read_as_one(
+          (scope, root.value, line, {"replace"}, root)) else S, line)
     for step in self.r.steps.values():
       keys = [j for (name, j) in sites if name == step.name]
       if not keys:
@@ -222,7 +229,7 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
         continue
       outs = [S] * (max(keys) + 1) if None not in keys else S
       for j in keys:
-        kinds = sites[(step.name, j)]
+        kinds = sites[(step.name, j)] or {S: None}
         if len(kinds) > 1:
           self.blockers.append(Blocker(max(kinds.values()), (
               f"output {j} of {step.name} is read as one value at line "

@@ -68,6 +68,14 @@ class Reader(global_scopes.Scopes):
     # (line, step, Name) of each step read other than called by name.
     self.step_values = []
 
+  def def_line_in(self, own, scope) -> int | None:
+    """The line of the def in `scope` that holds `own` (a function nested
+    in it, at any depth), or None where that name is defined twice."""
+    while self.parents.get(own, scope) != scope:
+      own = self.parents[own]
+    defs = self.functions.get(own, [])
+    return defs[0].line if len(defs) == 1 else None
+
   def _allow(self, node, how: str, container=None):
     root = root_name(node)
     if root is not None:

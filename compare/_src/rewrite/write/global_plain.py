@@ -25,6 +25,7 @@ from compare._src.rewrite.records import Subject
 from compare._src.rewrite.write import global_joined
 from compare._src.rewrite.write import global_keywords
 from compare._src.rewrite.write import global_rewriter
+from compare._src.rewrite.write import global_static
 from compare._src.rewrite.write import global_written
 from compare._src.rewrite.write import imports
 from compare._src.rewrite.write import rewrite_pmap
@@ -62,10 +63,10 @@ def plan(wrapper, ports, steps, axes_count, source) -> Plan:
       if isinstance(found, str):
         return found
     for step in steps.values():
-      if step.static:
-        return (f"{step.name} has static_broadcasted_argnums: shard_map "
-                "takes no static argument (the helper _pmap_static binds "
-                "them)")
+      if step.static and global_static.count(step) is None:
+        return (f"{step.name} has static_broadcasted_argnums and no call "
+                "in this file says how many arguments it takes (jit's "
+                "lambda names each; the helper _pmap_static binds them)")
     if any("devices=" in p.template for p in ports):
       return "a pmap over given devices: the helpers build its mesh"
     return None
@@ -130,6 +131,10 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
     # Functions only an assigned pmap reads: pmap's view goes in their body.
     self.edits = {}
 
+  def visit_Module(self, node):
+    self._functions = global_written.definitions(node)  # their parameters
+    return super().visit_Module(node)
+
   def _said(self, kind) -> str:
     if self._plan.joined:
       return f"jax.P({'' if kind == R else self._axis}) on the set mesh"
@@ -153,6 +158,9 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
             else '"devices"')
     literal = pmap_arguments.axes_literal
     in_axes = literal(named["in_axes"]) if "in_axes" in named else 0
+    static = self._steps[line].static
+    if isinstance(in_axes, tuple):  # pmap's counts the static positions
+      in_axes = tuple(a for i, a in enumerate(in_axes) if i not in static)
     out_axes = literal(named["out_axes"]) if "out_axes" in named else 0
     self._layout(line, in_axes, out_axes, axis)
     _, keywords = self._plan.keywords.get(self._steps[line].name, ((), ()))
@@ -184,6 +192,8 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
 
   def _template(self, named, line):
     parts, donate, stacked_args, stacked_outs = self._parts(named, line)
+    step = self._steps[line]
+    stacked_args = global_static.positions(step, stacked_args)
     if stacked_args or stacked_outs:
       name = _own_function(named["fun"], self._plan.loads)
       if name is None:
@@ -198,6 +208,8 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
     # starts at (after its target's `x = `), then templated as the first
     # step's ports are (`records.Port`).
     fun_code = code_of(named["fun"])
+    if step.static:
+      return self._static_template(named["fun"], step, parts, donate)
     mapped = fun_code
     name = self._steps[line].name
     if name in self._plan.keywords:
@@ -206,6 +218,23 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
     return global_written.step_expression(
         mapped, parts, donate, 79 - self._column).replace(
             fun_code, rewrite_pmap.FUN, 1)
+
+  def _static_template(self, fun, step, parts, donate):
+    """The step of a pmap with static arguments (`global_static`)."""
+    fn = self._functions.get(global_written.mapped_name(code_of(fun)) or "")
+    params = global_static.parameter_names(
+        fn, global_static.count(step), global_static.read_names(
+            code_of(fun)))
+    self._static_said(step.static)
+    return global_static.step_expression(fun, params, step.static, parts,
+                                         donate, 79 - self._column)
+
+  def _static_said(self, static):
+    # The pmap's own finding says where its static arguments went.
+    self.findings[-1] = dataclasses.replace(
+        self.findings[-1], text=self.findings[-1].text + (
+            f"; static_broadcasted_argnums {static} as jit's static_argnums,"
+            " closed over by the function shard_map maps"))
 
   def leave_Call(self, original, updated):
     written = super().leave_Call(original, updated)
@@ -256,6 +285,8 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
                              line)
       named.update(args or {})
     parts, donate, stacked_args, stacked_outs = self._parts(named, line)
+    static = self._steps[line].static
+    stacked_args = global_static.positions(self._steps[line], stacked_args)
     if stacked_args or stacked_outs:
       viewed = global_written.per_device(updated, stacked_args,
                                          stacked_outs)
@@ -269,6 +300,15 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
     self.ports.append(records.Port(line, updated.name.value, ""))
     column = self.get_metadata(metadata.PositionProvider,
                                original).start.column
+    if static:
+      written = global_static.step_function(updated, static, parts, donate,
+                                            79 - column)
+      if written is None:
+        self.unplain = (f"{updated.name.value}'s parameters cannot name "
+                        f"its static arguments {static}")
+        return updated
+      self._static_said(static)
+      return written
     return updated.with_changes(decorators=[
         cst.Decorator(cst.parse_expression(d))
         for d in global_written.step_decorators(parts, donate, 79 - column)])
