@@ -13,6 +13,7 @@ from compare._src.rewrite.read import global_calls
 from compare._src.rewrite.read import global_idioms
 from compare._src.rewrite.read import global_scopes
 from compare._src.rewrite.read import names
+from compare._src.rewrite.read import pipeline_batches
 from compare._src.rewrite.read import stacked_calls
 from compare._src.rewrite.read.global_idioms import is_index0
 from compare._src.rewrite.read.global_idioms import is_prefetch
@@ -25,7 +26,7 @@ from compare._src.rewrite.read.global_idioms import splitter_name
 from compare._src.rewrite.read.global_idioms import static_argnums
 
 
-class Reader(global_scopes.Scopes):
+class Reader(pipeline_batches.PipelineReads, global_scopes.Scopes):
   """Collects the steps, their calls, every binding and every read."""
 
   def __init__(self, builds_pmap, is_pmap_decorator, declared=None):
@@ -154,7 +155,8 @@ class Reader(global_scopes.Scopes):
         self._allow(source, "biter")
       self._followed.add(id(source))
       kind = (("alias-iter", source) if isinstance(source, cst.Name) else
-              B if is_prefetch(source) else S)
+              B if is_prefetch(source) or self._batch_generator_call(source)
+              else S)
       for name in self._names(target):
         self._bind(name, line, line, kind)
 
@@ -220,6 +222,11 @@ class Reader(global_scopes.Scopes):
       kind = R
     elif is_shard_call(value, self.known):
       kind = B
+    elif pipeline_batches.rows_of(value, self.known.counts) is not None:
+      kind = B  # stacked by hand: placed where it is made
+      self.known.made.add(id(value))
+    elif self._batch_generator_call(value):
+      kind = "biter"  # a generator of global batches once written
     elif step == "next" and len(value.args) == 1:
       kind = ("alias-iter", value.args[0].value)
       self._allow(value.args[0].value, "biter")
@@ -283,6 +290,9 @@ class Reader(global_scopes.Scopes):
     elif name.endswith(".replicate") and not is_replicate_call(node, self.known):
       self.blockers.append(Blocker(line, (
           f"{name}(...): " + stacked_calls.OWN_REPLICATE)))
+    elif is_prefetch(node) and self._batch_generator_call(
+        node.args[0].value):
+      pass  # its batches are global where made: prefetch is dropped
     elif name.endswith("prefetch_to_device") and not is_prefetch(node):
       self.blockers.append(Blocker(line, (
           "prefetch_to_device's batches given by keyword or */**: place "

@@ -16,6 +16,7 @@ from compare._src.rewrite.plan import global_layouts
 from compare._src.rewrite.plan.global_layouts import B, R
 from compare._src.rewrite.read import global_idioms
 from compare._src.rewrite.read import names
+from compare._src.rewrite.read import pipeline_batches
 from compare._src.rewrite.records import Finding
 from compare._src.rewrite.records import Kind
 from compare._src.rewrite.write import global_written
@@ -38,6 +39,9 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
     self._replace, self._axis, self._known = replace, axis_code, known
     self._declared = declared
     self.blockers = []  # found while writing: the global step is not taken
+    # The global batches' iterators written here (ids): a prefetch_to_device
+    # of one is dropped.
+    self._global_sources = set()
 
   def _layout(self, line, in_axes, out_axes, axis):
     step = self._steps[line]
@@ -127,6 +131,26 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
           "(each process's rows), split over the mesh, no reshape to "
           "[devices, ...]")))
       return self._placed(updated.args[0].value, B)
+    if id(original) in self._known.made and (
+        pipeline_batches.is_device_batched(original, self._known)):
+      self.findings.append(Finding(line, Kind.CHANGED, (
+          f"{name}(..., {self._count(original)}) -> each batch it stacks "
+          "[devices, per_device, ...] merged to [devices * per_device, "
+          f"...] (the same rows on each device) and placed with "
+          f"{self._said(B)} as it is read")))
+      written = _generator(self._sharding(B), _MERGED, names.code_of(
+          updated))
+      self._global_sources.add(id(written))
+      return written
+    if id(original) in self._known.made:
+      rows = pipeline_batches.rows_of(updated, self._known.counts)
+      if rows is not None:
+        self.findings.append(Finding(line, Kind.CHANGED, (
+            f"a batch stacked [devices, per_device, ...] by the pipeline -> "
+            f"jax.make_array_from_process_local_data({self._said(B)}, "
+            "its rows [devices * per_device, ...]): the global batch where "
+            "it is made, each device the rows pmap gave it")))
+        return self._placed(cst.parse_expression(rows), B)
     if name.endswith("prefetch_to_device") and updated.args:
       return self._prefetched(name, line, updated.args[0].value)
     if id(original) in self._replace:
@@ -150,6 +174,23 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
     `map(common_utils.shard, it)`'s `it` placed as it is; batches stacked
     elsewhere (flax imagenet's `prepare_tf_data`) unstacked first, their
     leading two axes merged, so each device holds pmap's rows."""
+    if id(source) in self._global_sources:
+      self.findings.append(Finding(line, Kind.CHANGED, (
+          f"{name}(...) of global batches -> the batches themselves: "
+          "flax's prefetch_to_device would stack their rows again onto "
+          "this process's devices")))
+      return source
+    if (isinstance(source, cst.Call) and names.dotted(source.func)
+        in self._known.generators):
+      # flax's prefetch_to_device re-stacks each array's rows (`list(x)`)
+      # and puts them on a mesh of this process's devices: of a global
+      # batch, a copy of every row (one process) or a failure (many).
+      self.findings.append(Finding(line, Kind.CHANGED, (
+          f"{name}({names.dotted(source.func)}(...), n) -> "
+          f"{names.dotted(source.func)}(...): it yields global batches "
+          "now, placed where they are made; flax's prefetch_to_device "
+          "would stack their rows again onto this process's devices")))
+      return source
     sharding = self._sharding(B)
     if (isinstance(source, cst.Call) and names.dotted(source.func)
         == "map" and len(source.args) == 2 and names.dotted(
@@ -163,12 +204,21 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
         f"{name}(...) of batches stacked [devices, b, ...] -> each batch "
         f"merged to [devices * b, ...] (the same rows on each device) and "
         f"placed with {self._said(B)} as it is read")))
-    return _generator(sharding, "jax.tree.map(lambda _x: _x.reshape((-1,) + "
-                      "_x.shape[2:]), _batch)", names.code_of(source))
+    return _generator(sharding, _MERGED, names.code_of(source))
+
+  def _count(self, call) -> str:
+    """The code of the device count `call` stacks by."""
+    return next(names.code_of(a.value) for a in call.args
+                if pipeline_batches.is_count(a.value, self._known.counts))
 
   def _inner(self, original):
     # The replaced node's inside, as rewritten (a read holds no pmap).
     return self._replace[id(original)].deep_clone()
+
+
+# A batch stacked [devices, b, ...], its leading two axes merged: the rows.
+_MERGED = ("jax.tree.map(lambda _x: _x.reshape((-1,) + _x.shape[2:]), "
+           "_batch)")
 
 
 def _generator(sharding, batch, source) -> cst.BaseExpression:
