@@ -1,0 +1,105 @@
+"""The reading of the team's own batches (`read.pipeline_batches`), unit by
+unit, and what `--global` writes or refuses for a pipeline it cannot follow.
+
+Nothing here runs a program: the programs that run are in
+tests/test_rewrite_pipelines.py.
+"""
+
+import libcst as cst
+import pytest
+
+from compare._src.rewrite import pipeline
+from compare._src.rewrite.read import global_idioms
+from compare._src.rewrite.read import pipeline_batches
+from compare._src.rewrite.records import Kind
+
+
+@pytest.mark.parametrize("code, rows", [
+    ("x.reshape(devices, 16, 8)", "x.reshape(-1, 8)"),
+    ("x.reshape((jax.local_device_count(), -1))", "x.reshape(-1)"),
+    ("np.reshape(x, (devices, 4, 2))", "np.reshape(x, (-1, 2))"),
+    ("np.reshape(x, (devices, 4))", "np.reshape(x, (-1,))"),
+    ("x.reshape(len(jax.local_devices()), -1, 3, 3)", "x.reshape(-1, 3, 3)"),
+    # Not a device count: a number, another name, the global count.
+    ("x.reshape(8, 16, 8)", None),
+    ("x.reshape(rows, 16, 8)", None),
+    ("x.reshape(jax.device_count(), 16, 8)", None),
+    # One axis: no per-device rows to merge.
+    ("x.reshape(devices)", None),
+])
+def test_rows_of_a_stacked_batch(code, rows):
+  assert pipeline_batches.rows_of(cst.parse_expression(code),
+                                  {"devices"}) == rows
+
+
+def test_a_count_is_a_name_bound_once_to_the_local_device_count():
+  module = cst.parse_module(
+      "import jax\n"
+      "devices = jax.local_device_count()\n"
+      "twice = jax.local_device_count()\n"
+      "twice = 4\n"
+      "def f(param):\n"
+      "  param = jax.local_device_count()\n")
+  assert pipeline_batches.count_names(module) == {"devices"}
+
+
+GENERATOR = '''
+import functools
+
+import jax
+import numpy as np
+from flax import jax_utils
+from flax.training import common_utils
+
+
+@functools.partial(jax.pmap, axis_name="i")
+def step(batch):
+  return jax.lax.pmean(batch["x"].sum(), "i")
+
+
+def batches(n):
+  rng = np.random.default_rng(0)
+  for _ in range(n):
+    batch = {{"x": rng.normal(size=(8 * jax.local_device_count(), 4))}}
+    {yields}
+
+
+def main():
+  for batch in jax_utils.prefetch_to_device(batches(3), 2):
+    print(float(step(batch)[0]))
+'''
+
+
+def test_a_generator_of_batches_is_read_as_one():
+  module = cst.parse_module(GENERATOR.format(
+      yields="yield common_utils.shard(batch)"))
+  found, made = pipeline_batches.generators(module, global_idioms.Known())
+  assert list(found) == ["batches"] and len(made) == 1
+
+
+@pytest.mark.parametrize("yields", [
+    # One yield that is not a batch the rewrite places: every caller's
+    # batches stay pmap's, and the shard is refused where it cannot be
+    # followed, as before.
+    "yield common_utils.shard(batch)\n    yield batch",
+    # A name bound to a batch and to something else.
+    "batch = common_utils.shard(batch)\n    batch = batch\n    yield batch",
+])
+def test_a_generator_that_yields_other_values_is_refused(yields):
+  source = GENERATOR.format(yields=yields)
+  assert not pipeline_batches.generators(cst.parse_module(source),
+                                         global_idioms.Known())[0]
+  written = pipeline.rewrite_global_source(source, "gen.py")
+  assert any(f.kind == Kind.PERSON for f in written.findings), [
+      f.text for f in written.findings]
+  assert "make_array_from_process_local_data" not in written.code
+
+
+def test_prefetch_of_a_generator_of_global_batches_is_dropped():
+  written = pipeline.rewrite_global_source(GENERATOR.format(
+      yields="yield common_utils.shard(batch)"), "gen.py")
+  assert not any(f.kind == Kind.PERSON for f in written.findings), [
+      f.text for f in written.findings]
+  assert "for batch in batches(3):" in written.code
+  assert "yield jax.make_array_from_process_local_data(" in written.code
+  assert "_pmap_" not in written.code
