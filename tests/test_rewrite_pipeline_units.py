@@ -103,3 +103,16 @@ def test_prefetch_of_a_generator_of_global_batches_is_dropped():
   assert "for batch in batches(3):" in written.code
   assert "yield jax.make_array_from_process_local_data(" in written.code
   assert "_pmap_" not in written.code
+
+
+def test_a_map_of_shard_places_each_batch_as_it_is_read():
+  """`map(common_utils.shard, it)` read by a `for`: each batch of `it`
+  placed as the global batch; the step takes no per-device view."""
+  written = pipeline.rewrite_global_source(GENERATOR.format(
+      yields="yield batch").replace(
+          "jax_utils.prefetch_to_device(batches(3), 2)",
+          "map(common_utils.shard, batches(3))"), "gen.py")
+  assert not any(f.kind == Kind.PERSON for f in written.findings)
+  assert "for _batch in batches(3))" in written.code
+  assert "common_utils.shard" not in written.code.split("def main")[1]
+  assert "pmap's per-device view" not in written.code

@@ -155,8 +155,7 @@ class Reader(pipeline_batches.PipelineReads, global_scopes.Scopes):
         self._allow(source, "biter")
       self._followed.add(id(source))
       kind = (("alias-iter", source) if isinstance(source, cst.Name) else
-              B if is_prefetch(source) or self._batch_generator_call(source)
-              else S)
+              B if is_prefetch(source) or self._batches_made(source) else S)
       for name in self._names(target):
         self._bind(name, line, line, kind)
 
@@ -225,7 +224,7 @@ class Reader(pipeline_batches.PipelineReads, global_scopes.Scopes):
     elif pipeline_batches.rows_of(value, self.known.counts) is not None:
       kind = B  # stacked by hand: placed where it is made
       self.known.made.add(id(value))
-    elif self._batch_generator_call(value):
+    elif self._batches_made(value):
       kind = "biter"  # a generator of global batches once written
     elif step == "next" and len(value.args) == 1:
       kind = ("alias-iter", value.args[0].value)

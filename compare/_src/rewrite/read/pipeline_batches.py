@@ -186,6 +186,17 @@ def is_device_batched(node, known) -> bool:
               is_count(a.value, known.counts) for a in node.args))
 
 
+def is_shard_map(node, known) -> bool:
+  """`map(common_utils.shard, batches)` (or of the file's splitter): each
+  batch made as it is read."""
+  return (isinstance(node, cst.Call) and names.dotted(node.func) == "map"
+          and len(node.args) == 2 and not any(
+              a.keyword or a.star for a in node.args)
+          and (names.dotted(node.args[0].value).endswith(
+              "common_utils.shard") or names.dotted(node.args[0].value)
+               in known.splitters))
+
+
 def is_made(node, known, counts) -> bool:
   """A batch the global step places where it is made: `shard(...)` (or a
   splitter of the file's) or a batch stacked by hand (`rows_of`)."""
@@ -285,6 +296,14 @@ class PipelineReads:
     found, made = generators(node, self.known)
     self.known.generators, self.known.made = found, made
     return True
+
+  def _batches_made(self, node) -> bool:
+    """`_batch_generator_call`, or `map(shard, it)` read by a `for` or
+    bound to a name (in a prefetch, `global_rewriter` writes it)."""
+    if is_shard_map(node, self.known):
+      self.known.made.add(id(node))
+      return True
+    return self._batch_generator_call(node)
 
   def _batch_generator_call(self, node) -> bool:
     """`g(...)` of one of the program's batch generators, or a stacking

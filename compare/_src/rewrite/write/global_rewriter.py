@@ -142,6 +142,15 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
           updated))
       self._global_sources.add(id(written))
       return written
+    if id(original) in self._known.made and pipeline_batches.is_shard_map(
+        original, self._known):
+      self.findings.append(Finding(line, Kind.CHANGED, (
+          f"map({names.code_of(original.args[0].value)}, ...) -> each "
+          f"global batch placed with {self._said(B)} as it is read")))
+      written = _generator(self._sharding(B), "_batch", names.code_of(
+          updated.args[1].value))
+      self._global_sources.add(id(written))
+      return written
     if id(original) in self._known.made:
       rows = pipeline_batches.rows_of(updated, self._known.counts)
       if rows is not None:
