@@ -116,3 +116,27 @@ def test_a_map_of_shard_places_each_batch_as_it_is_read():
   assert "for _batch in batches(3))" in written.code
   assert "common_utils.shard" not in written.code.split("def main")[1]
   assert "pmap's per-device view" not in written.code
+
+
+@pytest.mark.parametrize("loop, refused", [
+    ("  it = batches(3)\n  it = jax_utils.prefetch_to_device(it, 2)\n"
+     "  for batch in it:", False),
+    ("  it = batches(3)\n  for batch in jax_utils.prefetch_to_device(it, 2):",
+     False),
+    # `it` may be another iterator: the prefetch is not known to be of
+    # global batches, and the reading refuses the mix.
+    ("  it = batches(3)\n  if len(str(3)) > 5:\n    it = iter([])\n"
+     "  for batch in jax_utils.prefetch_to_device(it, 2):", True),
+])
+def test_a_prefetch_of_a_name_bound_to_global_batches_is_dropped(
+    loop, refused):
+  written = pipeline.rewrite_global_source(GENERATOR.format(
+      yields="yield common_utils.shard(batch)").replace(
+          "  for batch in jax_utils.prefetch_to_device(batches(3), 2):",
+          loop), "gen.py")
+  person = [f.text for f in written.findings if f.kind == Kind.PERSON]
+  assert bool(person) == refused, person
+  if not refused:
+    assert written.code.split("def main")[1] == (
+        "():\n  it = batches(3)\n  for batch in it:\n"
+        "    print(float(step(batch)[0]))\n")

@@ -224,8 +224,9 @@ class Reader(pipeline_batches.PipelineReads, global_scopes.Scopes):
     elif pipeline_batches.rows_of(value, self.known.counts) is not None:
       kind = B  # stacked by hand: placed where it is made
       self.known.made.add(id(value))
-    elif self._batches_made(value):
+    elif self._batch_generator_call(value):
       kind = "biter"  # a generator of global batches once written
+      self.bound_to_batches(target.value)
     elif step == "next" and len(value.args) == 1:
       kind = ("alias-iter", value.args[0].value)
       self._allow(value.args[0].value, "biter")
@@ -289,8 +290,8 @@ class Reader(pipeline_batches.PipelineReads, global_scopes.Scopes):
     elif name.endswith(".replicate") and not is_replicate_call(node, self.known):
       self.blockers.append(Blocker(line, (
           f"{name}(...): " + stacked_calls.OWN_REPLICATE)))
-    elif is_prefetch(node) and self._batch_generator_call(
-        node.args[0].value):
+    elif is_prefetch(node) and (self._batch_generator_call(
+        node.args[0].value) or self.prefetched_name(node)):
       pass  # its batches are global where made: prefetch is dropped
     elif name.endswith("prefetch_to_device") and not is_prefetch(node):
       self.blockers.append(Blocker(line, (
@@ -312,6 +313,7 @@ class Reader(pipeline_batches.PipelineReads, global_scopes.Scopes):
     """A placement the global step writes whose value goes where this
     reading does not follow (inside a comprehension, a container, another
     call, a return) would reach a step laid out for pmap's stack."""
+    self.prefetches_checked()
     for line, node in self.seen_calls:
       if id(node) in self._followed or not (
           is_replicate_call(node, self.known) or is_shard_call(node, self.known)

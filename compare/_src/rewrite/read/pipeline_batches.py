@@ -295,7 +295,40 @@ class PipelineReads:
     self.known.stackers = stackers(node)
     found, made = generators(node, self.known)
     self.known.generators, self.known.made = found, made
+    # (scope, name) -> how many bindings make it an iterator of global
+    # batches; each `prefetch_to_device(name, n)` with its name node.
+    self._batches_bound, self._prefetched = {}, []
     return True
+
+  def bound_to_batches(self, name: str) -> None:
+    """`name = g(...)` of an iterator of global batches, in this scope."""
+    key = (self._scope[-1], name)
+    self._batches_bound[key] = self._batches_bound.get(key, 0) + 1
+
+  def prefetched_name(self, node) -> bool:
+    """`prefetch_to_device(name, n)`: noted, judged once every binding of
+    `name` is read (`prefetches_checked`)."""
+    source = node.args[0].value
+    if isinstance(source, cst.Name):
+      self._prefetched.append((self._scope[-1], source, node))
+      return True
+    return False
+
+  def prefetches_checked(self) -> None:
+    """A prefetch of a name bound only to iterators of global batches once
+    written (each "biter": a generator's, or a prefetch the writer turns
+    into one, `it = prefetch(it, 2)` too), one at least a generator's, is
+    dropped by the writer and read as that iterator; any other keeps the
+    reading it had (a prefetch of batches the program stacked)."""
+    for scope, source, node in self._prefetched:
+      key = (scope, source.value)
+      kinds = [a.kind for a in self.assigns.get(key, [])]
+      if self._batches_bound.get(key) and all(k == "biter" for k in kinds):
+        # The read was taken as the prefetch's source: an iterator's now.
+        for read in self.reads:
+          if read[4] is source:
+            read[3].add("biter")
+        self.known.made.add(id(node))
 
   def _batches_made(self, node) -> bool:
     """`_batch_generator_call`, or `map(shard, it)` read by a `for` or

@@ -160,6 +160,13 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
             "its rows [devices * per_device, ...]): the global batch where "
             "it is made, each device the rows pmap gave it")))
         return self._placed(cst.parse_expression(rows), B)
+    if name.endswith("prefetch_to_device") and id(
+        original) in self._known.made:
+      self.findings.append(Finding(line, Kind.CHANGED, (
+          f"{name}({names.code_of(original.args[0].value)}, n) of global "
+          "batches -> the iterator itself: flax's prefetch_to_device "
+          "would stack their rows again onto this process's devices")))
+      return updated.args[0].value
     if name.endswith("prefetch_to_device") and updated.args:
       return self._prefetched(name, line, updated.args[0].value)
     if id(original) in self._replace:
@@ -167,6 +174,17 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
           f"{name}(...) of a replicated value -> the value itself")))
       return self._inner(original)
     return super().leave_Call(original, updated)
+
+  def leave_SimpleStatementLine(self, original, updated):
+    # `it = prefetch_to_device(it, 2)` of global batches: `it = it`, gone.
+    small = original.body[0] if len(original.body) == 1 else None
+    if (isinstance(small, cst.Assign) and len(small.targets) == 1
+        and id(small.value) in self._known.made
+        and names.dotted(small.value.func).endswith("prefetch_to_device")
+        and names.code_of(small.targets[0].target) == names.code_of(
+            small.value.args[0].value)):
+      return cst.RemoveFromParent()
+    return updated
 
   def leave_Subscript(self, original, updated):
     # `loss[0]` of a value the step reduced over the axis, now `P()`.
