@@ -8,5 +8,7 @@ layout (`stacked_calls`), a first step's output read back into its program
 jax.pmap (`other_pmaps`: named, with how to port it), the functions
 holding a pmap that nothing calls (`global_uncalled`), and, for the global step, every step, call, binding
 and read of the program (`global_reader` over `global_scopes`,
-`global_idioms`, `global_calls` and `global_handed`), which `plan` answers.
+`global_idioms`, `global_calls`, `global_handed` and `pipeline_reads`:
+the batches the program's own pipeline makes, `pipeline_batches`), which
+`plan` answers.
 """

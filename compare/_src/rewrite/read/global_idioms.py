@@ -30,7 +30,7 @@ class Known:
     # The pipeline's own batches (`pipeline_batches`): its generators of
     # them, the device counts it stacks by, and the ids of the nodes that
     # make one, placed where they are made.
-    self.generators: dict = {}
+    self.generators: set[str] = set()
     self.stackers: set[str] = set()
     self.counts: set[str] = set()
     self.made: set[int] = set()

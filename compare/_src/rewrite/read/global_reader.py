@@ -14,6 +14,7 @@ from compare._src.rewrite.read import global_idioms
 from compare._src.rewrite.read import global_scopes
 from compare._src.rewrite.read import names
 from compare._src.rewrite.read import pipeline_batches
+from compare._src.rewrite.read import pipeline_reads
 from compare._src.rewrite.read import stacked_calls
 from compare._src.rewrite.read.global_idioms import is_index0
 from compare._src.rewrite.read.global_idioms import is_prefetch
@@ -26,7 +27,7 @@ from compare._src.rewrite.read.global_idioms import splitter_name
 from compare._src.rewrite.read.global_idioms import static_argnums
 
 
-class Reader(pipeline_batches.PipelineReads, global_scopes.Scopes):
+class Reader(pipeline_reads.PipelineReads, global_scopes.Scopes):
   """Collects the steps, their calls, every binding and every read."""
 
   def __init__(self, builds_pmap, is_pmap_decorator, declared=None):

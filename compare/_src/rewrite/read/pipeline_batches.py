@@ -18,8 +18,6 @@ rows pmap gave it. Written where the batch is made, a generator of such
 batches yields global batches, and its callers read them as such.
 """
 
-import dataclasses
-
 import libcst as cst
 
 from compare._src.rewrite.read import global_idioms
@@ -30,15 +28,6 @@ from compare._src.rewrite.read.names import code_of
 _STACKS = ("np.stack", "numpy.stack", "onp.stack")
 # The device count a pipeline stacks by: pmap maps this process's devices.
 _COUNTS = ("jax.local_device_count",)
-
-
-@dataclasses.dataclass
-class Generator:
-  """A function whose every `yield` is a global batch once written:
-  `parts` is how many names a yield unpacks to (None: one value)."""
-
-  name: str
-  parts: int | None
 
 
 def _own(fn, kind) -> list:
@@ -234,8 +223,8 @@ def _yielded(fn, value, known, counts) -> list | None:
   return [a.value for a in binds]
 
 
-def generators(module, known) -> tuple[dict[str, Generator], set]:
-  """`(generators by name, ids of the made nodes they yield)`: each
+def generators(module, known) -> tuple[set[str], set[int]]:
+  """`(generators' names, ids of the made nodes they yield)`: each
   function of the file (defined once) whose every `yield` gives a made
   batch (`is_made`), a tuple of them, or a name it binds only to one, and
   each that returns only such a generator's iterator (`_iterates`)."""
@@ -251,25 +240,23 @@ def generators(module, known) -> tuple[dict[str, Generator], set]:
         known.splitters.add(name)
 
   module.visit(Defs())
-  found, made = {}, set()
+  found, made = set(), set()
   for name, (fn, *more) in defs.items():
     yields = _own(fn, (cst.Yield,))
     if more or not yields or any(
         y.value is None or isinstance(y.value, cst.From) for y in yields):
       continue
     nodes = [_yielded(fn, y.value, known, counts) for y in yields]
-    shapes = {len(y.value.elements) if isinstance(y.value, cst.Tuple)
-              else None for y in yields}
-    if any(n is None for n in nodes) or len(shapes) != 1:
+    if any(n is None for n in nodes):
       continue
-    found[name] = Generator(name, shapes.pop())
+    found.add(name)
     made.update(id(n) for ns in nodes for n in ns)
   for name, (fn, *more) in defs.items():
     # A function that returns the pipeline (flax's `create_input_iter`).
     returns = [r.value for r in _own(fn, (cst.Return,))]
     if not more and returns and name not in found and all(
         _iterates(r, known, found) for r in returns):
-      found[name] = Generator(name, None)
+      found.add(name)
       made.update(id(r) for r in returns if is_device_batched(r, known))
   return found, made
 
@@ -282,83 +269,3 @@ def _iterates(node, known, found) -> bool:
   return is_device_batched(node, known) or (
       isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
       and node.func.value in found)
-
-
-class PipelineReads:
-  """The reading of the pipeline's batches, mixed into
-  `global_reader.Reader` (its `known`, `_followed`, `_allow`, `_scope`)."""
-
-  def visit_Module(self, node):
-    """The pipeline's batch generators and device counts, before any read:
-    a generator may be defined below its first caller."""
-    self.known.counts = count_names(node)
-    self.known.stackers = stackers(node)
-    found, made = generators(node, self.known)
-    self.known.generators, self.known.made = found, made
-    # (scope, name) -> how many bindings make it an iterator of global
-    # batches; each `prefetch_to_device(name, n)` with its name node.
-    self._batches_bound, self._prefetched = {}, []
-    return True
-
-  def bound_to_batches(self, name: str) -> None:
-    """`name = g(...)` of an iterator of global batches, in this scope."""
-    key = (self._scope[-1], name)
-    self._batches_bound[key] = self._batches_bound.get(key, 0) + 1
-
-  def prefetched_name(self, node) -> bool:
-    """`prefetch_to_device(name, n)`: noted, judged once every binding of
-    `name` is read (`prefetches_checked`)."""
-    source = node.args[0].value
-    if isinstance(source, cst.Name):
-      self._prefetched.append((self._scope[-1], source, node))
-      return True
-    return False
-
-  def prefetches_checked(self) -> None:
-    """A prefetch of a name bound only to iterators of global batches once
-    written (each "biter": a generator's, or a prefetch the writer turns
-    into one, `it = prefetch(it, 2)` too), one at least a generator's, is
-    dropped by the writer and read as that iterator; any other keeps the
-    reading it had (a prefetch of batches the program stacked)."""
-    for scope, source, node in self._prefetched:
-      key = (scope, source.value)
-      kinds = [a.kind for a in self.assigns.get(key, [])]
-      if self._batches_bound.get(key) and all(k == "biter" for k in kinds):
-        # The read was taken as the prefetch's source: an iterator's now.
-        for read in self.reads:
-          if read[4] is source:
-            read[3].add("biter")
-        self.known.made.add(id(node))
-
-  def _batches_made(self, node) -> bool:
-    """`_batch_generator_call`, or `map(shard, it)` read by a `for` or
-    bound to a name (in a prefetch, `global_rewriter` writes it)."""
-    if is_shard_map(node, self.known):
-      self.known.made.add(id(node))
-      return True
-    return self._batch_generator_call(node)
-
-  def _batch_generator_call(self, node) -> bool:
-    """`g(...)` of one of the program's batch generators, or a stacking
-    generator's call that stacks one batch a device: it yields global
-    batches once written (the latter placed by the writer, recorded)."""
-    if is_device_batched(node, self.known):
-      self.known.made.add(id(node))
-      return True
-    return (isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
-            and node.func.value in self.known.generators)
-
-  def visit_Yield(self, node):
-    """A batch generator's yield: its made batches are placed where made
-    (followed), a name bound to one read as the batch it is."""
-    if self._scope[-1] not in self.known.generators:
-      return True
-    value = node.value
-    for part in (value.elements if isinstance(value, cst.Tuple)
-                 else [value]):
-      part = getattr(part, "value", part)
-      if id(part) in self.known.made:
-        self._followed.add(id(part))
-      elif isinstance(part, cst.Name):
-        self._allow(part, "yield")
-    return True
