@@ -102,8 +102,12 @@ def test_the_written_programs_place_batches_where_made(written):
     assert "common_utils.shard(" not in text, name
   assert ("yield jax.make_array_from_process_local_data(jax.P(\"batch\"), "
           "batch)") in paths[GENERATOR].read_text()
-  assert paths[STACKED].read_text().count(
-      "jax.make_array_from_process_local_data(") == 2
+  # The reshape's rows placed where the generator yields them, one a line.
+  assert "\n".join([
+      "    yield (jax.make_array_from_process_local_data(batch_sharding,",
+      " " * 50 + "x.reshape(-1, 8)),",
+      "           jax.make_array_from_process_local_data(batch_sharding,",
+      " " * 50 + "y.reshape(-1, 4)))"]) in paths[STACKED].read_text()
   assert "for _batch in batch(ds, jax.local_device_count()))" in paths[
       BATCHED].read_text()
 

@@ -175,6 +175,28 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
       return self._inner(original)
     return super().leave_Call(original, updated)
 
+  def leave_Yield(self, original, updated):
+    """A yielded tuple holding batches placed here: one element a line,
+    each aligned after the tuple's parenthesis, as a person writes it."""
+    value = original.value
+    if not (isinstance(value, cst.Tuple) and value.lpar and any(
+        id(e.value) in self._known.made for e in value.elements)):
+      return updated
+    # Where the elements start, and the block's indent, which LibCST adds
+    # to each continued line of a parsed expression.
+    column = self.get_metadata(metadata.PositionProvider,
+                               value).start.column
+    indent = self.get_metadata(metadata.PositionProvider,
+                               original).start.column
+    parts = []
+    for before, after in zip(value.elements, updated.value.elements):
+      code = names.code_of(after.value)
+      if id(before.value) in self._known.made:
+        code = _aligned(" ".join(code.split()), column, indent)
+      parts.append(code)
+    return updated.with_changes(value=cst.parse_expression(
+        "(" + (",\n" + " " * (column - indent)).join(parts) + ")"))
+
   def leave_SimpleStatementLine(self, original, updated):
     # `it = prefetch_to_device(it, 2)` of global batches: `it = it`, gone.
     small = original.body[0] if len(original.body) == 1 else None
@@ -241,6 +263,29 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
   def _inner(self, original):
     # The replaced node's inside, as rewritten (a read holds no pmap).
     return self._replace[id(original)].deep_clone()
+
+
+def _aligned(code: str, column: int, indent: int, width: int = 79) -> str:
+  """`f(a, b)` written from `column`: on one line where it fits, else its
+  arguments wrapped aligned after its parenthesis (continued lines less
+  the block's `indent`, which LibCST adds)."""
+  if column + len(code) + 2 <= width or "(" not in code:
+    return code
+  head, _, args = code.partition("(")
+  return global_written.wrapped(head, [a.strip() for a in _split(
+      args[:-1])], " " * (column - indent + len(head) + 1), width - column)
+
+
+def _split(args: str) -> list[str]:
+  """A call's arguments, split at its own commas."""
+  parts, depth, start = [], 0, 0
+  for i, char in enumerate(args):
+    depth += char in "([{"
+    depth -= char in ")]}"
+    if char == "," and depth == 0:
+      parts.append(args[start:i])
+      start = i + 1
+  return parts + [args[start:]]
 
 
 # A batch stacked [devices, b, ...], its leading two axes merged: the rows.
