@@ -16,10 +16,10 @@ from compare._src.rewrite.plan import global_layouts
 from compare._src.rewrite.plan.global_layouts import B, R
 from compare._src.rewrite.read import global_idioms
 from compare._src.rewrite.read import names
-from compare._src.rewrite.read import pipeline_batches
 from compare._src.rewrite.records import Finding
 from compare._src.rewrite.records import Kind
 from compare._src.rewrite.write import global_written
+from compare._src.rewrite.write import pipeline_written
 from compare._src.rewrite.write import rewrite_pmap
 
 
@@ -28,7 +28,8 @@ def spec(kind, axis_code) -> str:
   return "jax.P()" if kind == R else f"jax.P({axis_code})"
 
 
-class GlobalRewriter(rewrite_pmap.PmapRewriter):
+class GlobalRewriter(pipeline_written.PipelineWriter,
+                     rewrite_pmap.PmapRewriter):
   """The first step's rewriter with each step's global layout, and the
   placements and reads of the global step."""
 
@@ -131,42 +132,9 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
           "(each process's rows), split over the mesh, no reshape to "
           "[devices, ...]")))
       return self._placed(updated.args[0].value, B)
-    if id(original) in self._known.made and (
-        pipeline_batches.is_device_batched(original, self._known)):
-      self.findings.append(Finding(line, Kind.CHANGED, (
-          f"{name}(..., {self._count(original)}) -> each batch it stacks "
-          "[devices, per_device, ...] merged to [devices * per_device, "
-          f"...] (the same rows on each device) and placed with "
-          f"{self._said(B)} as it is read")))
-      written = _generator(self._sharding(B), _MERGED, names.code_of(
-          updated))
-      self._global_sources.add(id(written))
+    written = self.pipeline_call(original, updated, name, line)
+    if written is not None:
       return written
-    if id(original) in self._known.made and pipeline_batches.is_shard_map(
-        original, self._known):
-      self.findings.append(Finding(line, Kind.CHANGED, (
-          f"map({names.code_of(original.args[0].value)}, ...) -> each "
-          f"global batch placed with {self._said(B)} as it is read")))
-      written = _generator(self._sharding(B), "_batch", names.code_of(
-          updated.args[1].value))
-      self._global_sources.add(id(written))
-      return written
-    if id(original) in self._known.made:
-      rows = pipeline_batches.rows_of(updated, self._known.counts)
-      if rows is not None:
-        self.findings.append(Finding(line, Kind.CHANGED, (
-            f"a batch stacked [devices, per_device, ...] by the pipeline -> "
-            f"jax.make_array_from_process_local_data({self._said(B)}, "
-            "its rows [devices * per_device, ...]): the global batch where "
-            "it is made, each device the rows pmap gave it")))
-        return self._placed(cst.parse_expression(rows), B)
-    if name.endswith("prefetch_to_device") and id(
-        original) in self._known.made:
-      self.findings.append(Finding(line, Kind.CHANGED, (
-          f"{name}({names.code_of(original.args[0].value)}, n) of global "
-          "batches -> the iterator itself: flax's prefetch_to_device "
-          "would stack their rows again onto this process's devices")))
-      return updated.args[0].value
     if name.endswith("prefetch_to_device") and updated.args:
       return self._prefetched(name, line, updated.args[0].value)
     if id(original) in self._replace:
@@ -174,39 +142,6 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
           f"{name}(...) of a replicated value -> the value itself")))
       return self._inner(original)
     return super().leave_Call(original, updated)
-
-  def leave_Yield(self, original, updated):
-    """A yielded tuple holding batches placed here: one element a line,
-    each aligned after the tuple's parenthesis, as a person writes it."""
-    value = original.value
-    if not (isinstance(value, cst.Tuple) and value.lpar and any(
-        id(e.value) in self._known.made for e in value.elements)):
-      return updated
-    # Where the elements start, and the block's indent, which LibCST adds
-    # to each continued line of a parsed expression.
-    column = self.get_metadata(metadata.PositionProvider,
-                               value).start.column
-    indent = self.get_metadata(metadata.PositionProvider,
-                               original).start.column
-    parts = []
-    for before, after in zip(value.elements, updated.value.elements):
-      code = names.code_of(after.value)
-      if id(before.value) in self._known.made:
-        code = _aligned(" ".join(code.split()), column, indent)
-      parts.append(code)
-    return updated.with_changes(value=cst.parse_expression(
-        "(" + (",\n" + " " * (column - indent)).join(parts) + ")"))
-
-  def leave_SimpleStatementLine(self, original, updated):
-    # `it = prefetch_to_device(it, 2)` of global batches: `it = it`, gone.
-    small = original.body[0] if len(original.body) == 1 else None
-    if (isinstance(small, cst.Assign) and len(small.targets) == 1
-        and id(small.value) in self._known.made
-        and names.dotted(small.value.func).endswith("prefetch_to_device")
-        and names.code_of(small.targets[0].target) == names.code_of(
-            small.value.args[0].value)):
-      return cst.RemoveFromParent()
-    return updated
 
   def leave_Subscript(self, original, updated):
     # `loss[0]` of a value the step reduced over the axis, now `P()`.
@@ -247,57 +182,16 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
       self.findings.append(Finding(line, Kind.CHANGED, (
           f"{name}(map(shard, ...)) -> each global batch placed with "
           f"{self._said(B)} as it is read")))
-      return _generator(sharding, "_batch",
+      return pipeline_written.generator(sharding, "_batch",
                         names.code_of(source.args[1].value))
     self.findings.append(Finding(line, Kind.CHANGED, (
         f"{name}(...) of batches stacked [devices, b, ...] -> each batch "
         f"merged to [devices * b, ...] (the same rows on each device) and "
         f"placed with {self._said(B)} as it is read")))
-    return _generator(sharding, _MERGED, names.code_of(source))
-
-  def _count(self, call) -> str:
-    """The code of the device count `call` stacks by."""
-    return next(names.code_of(a.value) for a in call.args
-                if pipeline_batches.is_count(a.value, self._known.counts))
+    return pipeline_written.generator(sharding, pipeline_written.MERGED, names.code_of(source))
 
   def _inner(self, original):
     # The replaced node's inside, as rewritten (a read holds no pmap).
     return self._replace[id(original)].deep_clone()
 
 
-def _aligned(code: str, column: int, indent: int, width: int = 79) -> str:
-  """`f(a, b)` written from `column`: on one line where it fits, else its
-  arguments wrapped aligned after its parenthesis (continued lines less
-  the block's `indent`, which LibCST adds)."""
-  if column + len(code) + 2 <= width or "(" not in code:
-    return code
-  head, _, args = code.partition("(")
-  return global_written.wrapped(head, [a.strip() for a in _split(
-      args[:-1])], " " * (column - indent + len(head) + 1), width - column)
-
-
-def _split(args: str) -> list[str]:
-  """A call's arguments, split at its own commas."""
-  parts, depth, start = [], 0, 0
-  for i, char in enumerate(args):
-    depth += char in "([{"
-    depth -= char in ")]}"
-    if char == "," and depth == 0:
-      parts.append(args[start:i])
-      start = i + 1
-  return parts + [args[start:]]
-
-
-# A batch stacked [devices, b, ...], its leading two axes merged: the rows.
-_MERGED = ("jax.tree.map(lambda _x: _x.reshape((-1,) + _x.shape[2:]), "
-           "_batch)")
-
-
-def _generator(sharding, batch, source) -> cst.BaseExpression:
-  """The global batches of `source`, each `batch` placed as it is read."""
-  head = "jax.make_array_from_process_local_data"
-  one = f"({head}({sharding}, {batch}) for _batch in {source})"
-  if len(one) <= 66:
-    return cst.parse_expression(one)
-  return cst.parse_expression("(\n    " + global_written.wrapped(
-      head, [sharding, batch], "        ", 72) + f"\n    for _batch in {source})")
