@@ -32,7 +32,9 @@ class Net(nn.Module):
 
 def create_train_state(rng):
   model = Net()
-  params = model.init(rng, jnp.ones((1, 16)))["params"]
+  # Initialised under jit, as flax's imagenet example does: one compile,
+  # not one per operation.
+  params = jax.jit(model.init)(rng, jnp.ones((1, 16)))["params"]
   return train_state.TrainState.create(apply_fn=model.apply, params=params,
                                        tx=optax.adam(1e-2))
 
