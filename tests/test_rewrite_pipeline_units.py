@@ -73,7 +73,8 @@ def main():
 def test_a_generator_of_batches_is_read_as_one():
   module = cst.parse_module(GENERATOR.format(
       yields="yield common_utils.shard(batch)"))
-  found, made = pipeline_batches.generators(module, global_idioms.Known())
+  found, made, _ = pipeline_batches.generators(module,
+                                               global_idioms.Known())
   assert list(found) == ["batches"] and len(made) == 1
 
 
@@ -138,6 +139,9 @@ def main"""
     # flax imagenet's `create_input_iter`, its prefetch of a generator's.
     ("  it = create_input_iter()\n  for _ in range(3):\n"
      "    batch = next(it)", False),
+    # The generator's batches read where the reading does not follow them
+    # (its yields are written global): refused, by line.
+    ("  for batch in list(batches(3)):", True),
     # `it` may be another iterator: the prefetch is not known to be of
     # global batches, and the reading refuses the mix.
     ("  it = batches(3)\n  if len(str(3)) > 5:\n    it = iter([])\n"

@@ -253,6 +253,7 @@ class Reader(pipeline_reads.PipelineReads, global_scopes.Scopes):
       # `f = jax.pmap(f, ...)`: the function mapped, not a step used.
       self._mapped.add(id(node.args[0].value))
     self.seen_calls.append((line, node))
+    self.note_pipeline_call(node, line)
     if name in self.steps:
       self.calls.append((self._scope[-1], name, line, node))
       if id(node) in self.inline_roots:
@@ -314,7 +315,7 @@ class Reader(pipeline_reads.PipelineReads, global_scopes.Scopes):
     """A placement the global step writes whose value goes where this
     reading does not follow (inside a comprehension, a container, another
     call, a return) would reach a step laid out for pmap's stack."""
-    self.prefetches_checked()
+    self.pipeline_checked()
     for line, node in self.seen_calls:
       if id(node) in self._followed or not (
           is_replicate_call(node, self.known) or is_shard_call(node, self.known)

@@ -223,11 +223,12 @@ def _yielded(fn, value, known, counts) -> list | None:
   return [a.value for a in binds]
 
 
-def generators(module, known) -> tuple[set[str], set[int]]:
-  """`(generators' names, ids of the made nodes they yield)`: each
-  function of the file (defined once) whose every `yield` gives a made
-  batch (`is_made`), a tuple of them, or a name it binds only to one, and
-  each that returns only such a generator's iterator (`_iterates`)."""
+def generators(module, known) -> tuple[set[str], set[int], set[int]]:
+  """`(generators' names, ids of the made nodes they yield, ids of the
+  generator calls they return)`: each function of the file (defined once)
+  whose every `yield` gives a made batch (`is_made`), a tuple of them, or
+  a name it binds only to one, and each that returns only such a
+  generator's iterator (`_iterates`)."""
   counts = known.counts
   defs = {}
 
@@ -251,6 +252,7 @@ def generators(module, known) -> tuple[set[str], set[int]]:
       continue
     found.add(name)
     made.update(id(n) for ns in nodes for n in ns)
+  returned = set()
   for name, (fn, *more) in defs.items():
     # A function that returns the pipeline (flax's `create_input_iter`).
     returns = [r.value for r in _own(fn, (cst.Return,))]
@@ -258,7 +260,9 @@ def generators(module, known) -> tuple[set[str], set[int]]:
         _iterates(r, known, found) for r in returns):
       found.add(name)
       made.update(id(r) for r in returns if is_device_batched(r, known))
-  return found, made
+      returned.update(id(r.args[0].value if global_idioms.is_prefetch(r)
+                         else r) for r in returns)
+  return found, made, returned
 
 
 def _iterates(node, known, found) -> bool:

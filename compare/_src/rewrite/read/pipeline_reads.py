@@ -11,6 +11,7 @@ drops go in `known.made`.
 
 import libcst as cst
 
+from compare._src.rewrite.layouts import Blocker
 from compare._src.rewrite.read.pipeline_batches import count_names
 from compare._src.rewrite.read.pipeline_batches import generators
 from compare._src.rewrite.read.pipeline_batches import is_device_batched
@@ -27,8 +28,11 @@ class PipelineReads:
     a generator may be defined below its first caller."""
     self.known.counts = count_names(node)
     self.known.stackers = stackers(node)
-    found, made = generators(node, self.known)
+    found, made, returned = generators(node, self.known)
     self.known.generators, self.known.made = found, made
+    # The batch generators' calls: each must be read where the reading
+    # follows it, as its yields are written global (`pipeline_checked`).
+    self._generator_calls, self._followed_calls = [], set(returned)
     # (scope, name) -> how many bindings make it an iterator of global
     # batches; each `prefetch_to_device(name, n)` with its name node.
     self._batches_bound, self._prefetched = {}, []
@@ -79,8 +83,30 @@ class PipelineReads:
     if is_device_batched(node, self.known):
       self.known.made.add(id(node))
       return True
-    return (isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
-            and node.func.value in self.known.generators)
+    if (isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
+        and node.func.value in self.known.generators):
+      self._followed_calls.add(id(node))
+      return True
+    return False
+
+  def note_pipeline_call(self, node, line) -> None:
+    """Each call of a batch generator, checked in `pipeline_checked`."""
+    if (isinstance(node.func, cst.Name)
+        and node.func.value in self.known.generators):
+      self._generator_calls.append((line, node))
+
+  def pipeline_checked(self) -> None:
+    """A batch generator's call read elsewhere than a `for`, `x = g(...)`,
+    a prefetch or a function returning it (`list(g())`, an argument)
+    would see global batches where it saw stacked ones: a place."""
+    self.prefetches_checked()
+    for line, node in self._generator_calls:
+      if id(node) not in self._followed_calls:
+        self.blockers.append(Blocker(line, (
+            f"{node.func.value}(...) yields global batches now (placed "
+            "where they are made) and its value goes where this reading "
+            "does not follow it: read it in a for loop, as `x = "
+            f"{node.func.value}(...)` or through prefetch_to_device")))
 
   def visit_Yield(self, node):
     """A batch generator's yield: its made batches are placed where made
