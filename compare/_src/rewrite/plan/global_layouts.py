@@ -311,7 +311,7 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
       # By keyword: `resolve_arguments` names the place.
       allowed = {R: {"step", "stepkw", "unreplicate", "tree0", "alias",
                      "toglobal"},
-                 B: {"step", "stepkw", "alias"}, "biter": {"biter", "return"}
+                 B: {"step", "stepkw", "alias", "yield"}, "biter": {"biter", "return"}
                  }.get(kind)
       if allowed is None:
         continue

@@ -9,5 +9,7 @@ jax.pmap (`other_pmaps`: named; flax NNX's and equinox's read by
 `other_pmap_args` for their port), the functions
 holding a pmap that nothing calls (`global_uncalled`), and, for the global step, every step, call, binding
 and read of the program (`global_reader` over `global_scopes`,
-`global_idioms`, `global_calls` and `global_handed`), which `plan` answers.
+`global_idioms`, `global_calls`, `global_handed` and `pipeline_reads`:
+the batches the program's own pipeline makes, `pipeline_batches`), which
+`plan` answers.
 """

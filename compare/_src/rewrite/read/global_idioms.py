@@ -20,12 +20,20 @@ TREE_MAPS = ("jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map",
 class Known:
   """The program's own functions that are idioms, found as it is read:
   `splitters` (defs whose body is the tutorial's `arr.reshape(n,
-  arr.shape[0] // n, ...)`) and `replicators` (names bound to a lambda that
-  copies its leaf per device, JAX's SPMD example's `replicate_array`)."""
+  arr.shape[0] // n, ...)`), `replicators` (names bound to a lambda that
+  copies its leaf per device, JAX's SPMD example's `replicate_array`) and
+  the pipeline's batches (`pipeline_batches`)."""
 
   def __init__(self):
     self.splitters: set[str] = set()
     self.replicators: set[str] = set()
+    # The pipeline's own batches (`pipeline_batches`): its generators of
+    # them, the device counts it stacks by, and the ids of the nodes that
+    # make one, placed where they are made.
+    self.generators: set[str] = set()
+    self.stackers: set[str] = set()
+    self.counts: set[str] = set()
+    self.made: set[int] = set()
 
 
 def root_name(node):

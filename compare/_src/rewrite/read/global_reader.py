@@ -13,6 +13,8 @@ from compare._src.rewrite.read import global_calls
 from compare._src.rewrite.read import global_idioms
 from compare._src.rewrite.read import global_scopes
 from compare._src.rewrite.read import names
+from compare._src.rewrite.read import pipeline_batches
+from compare._src.rewrite.read import pipeline_reads
 from compare._src.rewrite.read import stacked_calls
 from compare._src.rewrite.read.global_idioms import is_index0
 from compare._src.rewrite.read.global_idioms import is_prefetch
@@ -25,7 +27,7 @@ from compare._src.rewrite.read.global_idioms import splitter_name
 from compare._src.rewrite.read.global_idioms import static_argnums
 
 
-class Reader(global_scopes.Scopes):
+class Reader(pipeline_reads.PipelineReads, global_scopes.Scopes):
   """Collects the steps, their calls, every binding and every read."""
 
   def __init__(self, builds_pmap, is_pmap_decorator, declared=None):
@@ -162,7 +164,7 @@ class Reader(global_scopes.Scopes):
         self._allow(source, "biter")
       self._followed.add(id(source))
       kind = (("alias-iter", source) if isinstance(source, cst.Name) else
-              B if is_prefetch(source) else S)
+              B if is_prefetch(source) or self._batches_made(source) else S)
       for name in self._names(target):
         self._bind(name, line, line, kind)
 
@@ -228,6 +230,12 @@ class Reader(global_scopes.Scopes):
       kind = R
     elif is_shard_call(value, self.known):
       kind = B
+    elif pipeline_batches.rows_of(value, self.known.counts) is not None:
+      kind = B  # stacked by hand: placed where it is made
+      self.known.made.add(id(value))
+    elif self._batch_generator_call(value):
+      kind = "biter"  # a generator of global batches once written
+      self.bound_to_batches(target.value)
     elif step == "next" and len(value.args) == 1:
       kind = ("alias-iter", value.args[0].value)
       self._allow(value.args[0].value, "biter")
@@ -253,6 +261,7 @@ class Reader(global_scopes.Scopes):
       # `f = jax.pmap(f, ...)`: the function mapped, not a step used.
       self._mapped.add(id(node.args[0].value))
     self.seen_calls.append((line, node))
+    self.note_pipeline_call(node, line)
     if name in self.steps:
       self.calls.append((self._scope[-1], name, line, node))
       if id(node) in self.inline_roots:
@@ -291,6 +300,9 @@ class Reader(global_scopes.Scopes):
     elif name.endswith(".replicate") and not is_replicate_call(node, self.known):
       self.blockers.append(Blocker(line, (
           f"{name}(...): " + stacked_calls.OWN_REPLICATE)))
+    elif is_prefetch(node) and (self._batch_generator_call(
+        node.args[0].value) or self.prefetched_name(node)):
+      pass  # its batches are global where made: prefetch is dropped
     elif name.endswith("prefetch_to_device") and not is_prefetch(node):
       self.blockers.append(Blocker(line, (
           "prefetch_to_device's batches given by keyword or */**: place "
@@ -311,6 +323,7 @@ class Reader(global_scopes.Scopes):
     """A placement the global step writes whose value goes where this
     reading does not follow (inside a comprehension, a container, another
     call, a return) would reach a step laid out for pmap's stack."""
+    self.pipeline_checked()
     for line, node in self.seen_calls:
       if id(node) in self._followed or not (
           is_replicate_call(node, self.known) or is_shard_call(node, self.known)

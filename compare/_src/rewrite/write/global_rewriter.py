@@ -19,6 +19,7 @@ from compare._src.rewrite.read import names
 from compare._src.rewrite.records import Finding
 from compare._src.rewrite.records import Kind
 from compare._src.rewrite.write import global_written
+from compare._src.rewrite.write import pipeline_written
 from compare._src.rewrite.write import rewrite_pmap
 
 
@@ -27,7 +28,8 @@ def spec(kind, axis_code) -> str:
   return "jax.P()" if kind == R else f"jax.P({axis_code})"
 
 
-class GlobalRewriter(rewrite_pmap.PmapRewriter):
+class GlobalRewriter(pipeline_written.PipelineWriter,
+                     rewrite_pmap.PmapRewriter):
   """The first step's rewriter with each step's global layout, and the
   placements and reads of the global step."""
 
@@ -38,6 +40,9 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
     self._replace, self._axis, self._known = replace, axis_code, known
     self._declared = declared
     self.blockers = []  # found while writing: the global step is not taken
+    # The global batches' iterators written here (ids): a prefetch_to_device
+    # of one is dropped.
+    self._global_sources = set()
 
   def _layout(self, line, in_axes, out_axes, axis):
     step = self._steps[line]
@@ -127,6 +132,9 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
           "(each process's rows), split over the mesh, no reshape to "
           "[devices, ...]")))
       return self._placed(updated.args[0].value, B)
+    written = self.pipeline_call(original, updated, name, line)
+    if written is not None:
+      return written
     if name.endswith("prefetch_to_device") and updated.args:
       return self._prefetched(name, line, updated.args[0].value)
     if id(original) in self._replace:
@@ -150,6 +158,23 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
     `map(common_utils.shard, it)`'s `it` placed as it is; batches stacked
     elsewhere (flax imagenet's `prepare_tf_data`) unstacked first, their
     leading two axes merged, so each device holds pmap's rows."""
+    if id(source) in self._global_sources:
+      self.findings.append(Finding(line, Kind.CHANGED, (
+          f"{name}(...) of global batches -> the batches themselves: "
+          "flax's prefetch_to_device would stack their rows again onto "
+          "this process's devices")))
+      return source
+    if (isinstance(source, cst.Call) and names.dotted(source.func)
+        in self._known.generators):
+      # flax's prefetch_to_device re-stacks each array's rows (`list(x)`)
+      # and puts them on a mesh of this process's devices: of a global
+      # batch, a copy of every row (one process) or a failure (many).
+      self.findings.append(Finding(line, Kind.CHANGED, (
+          f"{name}({names.dotted(source.func)}(...), n) -> "
+          f"{names.dotted(source.func)}(...): it yields global batches "
+          "now, placed where they are made; flax's prefetch_to_device "
+          "would stack their rows again onto this process's devices")))
+      return source
     sharding = self._sharding(B)
     if (isinstance(source, cst.Call) and names.dotted(source.func)
         == "map" and len(source.args) == 2 and names.dotted(
@@ -157,25 +182,16 @@ class GlobalRewriter(rewrite_pmap.PmapRewriter):
       self.findings.append(Finding(line, Kind.CHANGED, (
           f"{name}(map(shard, ...)) -> each global batch placed with "
           f"{self._said(B)} as it is read")))
-      return _generator(sharding, "_batch",
+      return pipeline_written.generator(sharding, "_batch",
                         names.code_of(source.args[1].value))
     self.findings.append(Finding(line, Kind.CHANGED, (
         f"{name}(...) of batches stacked [devices, b, ...] -> each batch "
         f"merged to [devices * b, ...] (the same rows on each device) and "
         f"placed with {self._said(B)} as it is read")))
-    return _generator(sharding, "jax.tree.map(lambda _x: _x.reshape((-1,) + "
-                      "_x.shape[2:]), _batch)", names.code_of(source))
+    return pipeline_written.generator(sharding, pipeline_written.MERGED, names.code_of(source))
 
   def _inner(self, original):
     # The replaced node's inside, as rewritten (a read holds no pmap).
     return self._replace[id(original)].deep_clone()
 
 
-def _generator(sharding, batch, source) -> cst.BaseExpression:
-  """The global batches of `source`, each `batch` placed as it is read."""
-  head = "jax.make_array_from_process_local_data"
-  one = f"({head}({sharding}, {batch}) for _batch in {source})"
-  if len(one) <= 66:
-    return cst.parse_expression(one)
-  return cst.parse_expression("(\n    " + global_written.wrapped(
-      head, [sharding, batch], "        ", 72) + f"\n    for _batch in {source})")
