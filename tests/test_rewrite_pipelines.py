@@ -113,12 +113,14 @@ def test_the_written_programs_place_batches_where_made(written):
 
 
 def test_every_number_equal_on_8_devices_and_each_plant_caught(written):
+  # The generator-fed program runs on 8 devices in 2 x 4 (the next test):
+  # its original is the slowest of the three, and CI's minutes are few.
   workdir, paths = written
-  originals = [INPUTS / f"{n}.py" for n in (GENERATOR, STACKED, BATCHED)]
+  originals = [INPUTS / f"{n}.py" for n in (STACKED, BATCHED)]
   ports = [paths[k] for k in (STACKED, BATCHED, f"{STACKED}_plant",
-                              f"{BATCHED}_plant", GENERATOR)]
+                              f"{BATCHED}_plant")]
   (runs,) = _job(workdir, originals + ports, 1, 8)
-  for name in (GENERATOR, STACKED, BATCHED):
+  for name in (STACKED, BATCHED):
     # Several lines of numbers each: the comparison is of something.
     assert len(runs[name].splitlines()) >= 4, runs[name]
     assert runs[f"{name}_global"] == runs[name], name
