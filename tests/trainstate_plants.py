@@ -1,0 +1,72 @@
+"""Wrong twins of the guide's TrainState port, and the job that runs them.
+
+Each plant swaps one body of `docs.trainstate_port` for a mistake teams
+make when porting, only in the port (pmap's steps were built at import):
+the dropout key not folded with the device's index, the eval's padding
+rows counted, the eval's sums not summed over the devices (and hosts).
+`docs.trainstate_port.check` must fail on each, at the part named.
+
+    python -m tests.trainstate_plants [the flags of docs.trainstate_port]
+
+runs `check` and then every plant in this process (or job), printing
+`bitwise LEAVES` and one `plant NAME fails at PART` line per plant, or
+`plant NAME passes` where a plant went unnoticed.
+"""
+
+import sys
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+
+from docs import trainstate_port as program
+
+# The right bodies, which the plants wrap while they stand in for them.
+_TRAIN, _EVAL = program.train_step, program.eval_sums
+
+
+def _key_not_folded(state, batch, axis):
+  # Tracing under the patch: every device's key is device 0's.
+  with mock.patch.object(jax.lax, "axis_index", lambda _: 0):
+    return _TRAIN(state, batch, axis)
+
+
+def _mask_dropped(state, batch, axis):
+  return _EVAL(
+      state, {**batch, "mask": jnp.ones_like(batch["mask"])}, axis)
+
+
+def _psum_dropped(state, batch, axis):
+  # out_specs=P() then returns device 0's own sums, unchecked.
+  with mock.patch.object(jax.lax, "psum", lambda x, _: x):
+    return _EVAL(state, batch, axis)
+
+
+# name: (the body it replaces, the mistake, the part check must fail at)
+PLANTS = {"key-not-folded": ("train_step", _key_not_folded, "state"),
+          "mask-dropped": ("eval_sums", _mask_dropped, "eval metrics"),
+          "psum-dropped": ("eval_sums", _psum_dropped, "eval metrics")}
+
+
+def planted(name):
+  """A context in which the port runs with plant `name`."""
+  body, mistake, _ = PLANTS[name]
+  return mock.patch.object(program, body, mistake)
+
+
+def main(argv=None):
+  workdir = program.join(argv, __doc__.splitlines()[0])
+  leaves, _ = program.check(workdir=f"{workdir}/port")
+  print(f"bitwise {leaves}", flush=True)
+  for name in PLANTS:
+    try:
+      with planted(name):
+        program.check(workdir=f"{workdir}/{name}")
+      print(f"plant {name} passes", flush=True)
+    except AssertionError as error:
+      print(f"plant {name} fails at {error.args[0][0]}", flush=True)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
