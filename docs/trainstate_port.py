@@ -27,8 +27,8 @@ import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
-# The regions import what the page's imports (docs/page_imports.py,
-# region trainstate-imports) lack, so that they run pasted after them.
+# The page's imports (docs/page_imports.py, region trainstate-imports),
+# after which its block runs pasted.
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import flax.jax_utils
 import flax.linen as nn

@@ -216,4 +216,10 @@ CALLS = {
         "                   x.reshape(2, 8, 3).mean(1))\n"),
     "MORE-IDIOMS.md#escape-hatch": (
         "assert check_pmap_runtime() in ('original', 'shard_map')\n"),
+    # The whole port's proof in 1 x 8 (tests/test_trainstate_port.py: 2 x 4).
+    "TRAINSTATE-PORT.md#trainstate-shared+trainstate-pmap+trainstate-port"
+    "+trainstate-check": (
+        "leaves, (history, evaluation) = check()\n"
+        "assert leaves == 24 and history['loss'].shape == (4,)\n"
+        "assert 0 < evaluation['accuracy'] <= 1, evaluation\n"),
 }
