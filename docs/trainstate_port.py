@@ -68,8 +68,12 @@ class State(train_state.TrainState):
 # the step again. MultiSteps applies the mean of every 2 steps' gradients.
 TX = optax.MultiSteps(optax.sgd(0.1, momentum=0.9), every_k_schedule=2)
 
+@jax.jit  # eagerly, init would compile each of its ops on its own
+def init_variables(key):
+  return Net().init(key, jnp.ones((1, FEATURES)), False)
+
 def create_state(seed=0):  # one host copy, numpy leaves
-  variables = Net().init(jax.random.key(seed), jnp.ones((1, FEATURES)), False)
+  variables = init_variables(jax.random.key(seed))
   state = State.create(apply_fn=None, params=variables["params"], tx=TX,
                        batch_stats=variables["batch_stats"],
                        key=jax.random.key(seed + 1))
