@@ -58,9 +58,9 @@ def make_step(mesh, shardings):
       return jnp.sum((out - batch["targets"]) ** 2) / n
     loss, grads = jax.value_and_grad(loss_fn)(state.params)
     return state.apply_gradients(grads=grads), loss
-  return jax.jit(step, in_shardings=(shardings, NamedSharding(mesh, P("data"))),
-                 out_shardings=(shardings, NamedSharding(mesh, P())),
-                 donate_argnums=0)
+  rows, one = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+  return jax.jit(step, in_shardings=(shardings, rows),
+                 out_shardings=(shardings, one), donate_argnums=0)
 # endregion
 
 

@@ -105,20 +105,20 @@ def eval_sums(state, batch, axis):  # sums over the real rows of every host
   return lax.psum({"loss": (losses * mask).sum(),
                    "correct": (right * mask).sum(), "count": mask.sum()}, axis)
 
+def examples(rows, seed):  # random inputs, 3 classes
+  x = np.random.default_rng(seed).normal(size=(rows, FEATURES))
+  return x.astype(np.float32), (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 1)
+
 def train_batch(step):  # global batch `step`: what every host cuts rows from
-  rng = np.random.default_rng(step)
-  x = rng.normal(size=(ROWS, FEATURES)).astype(np.float32)
-  return {"x": x, "y": (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 1)}
+  x, y = examples(ROWS, step)
+  return {"x": x, "y": y}
 
 def eval_batches():  # the eval set in global batches, the last one padded
-  rng = np.random.default_rng(-1 % 2**32)
-  x = rng.normal(size=(EVAL_ROWS, FEATURES)).astype(np.float32)
-  y = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 1)
+  x, y = examples(EVAL_ROWS, (0, 1))  # a seed no train_batch has
   pad = -EVAL_ROWS % EVAL_BATCH
   rows = {"x": np.concatenate([x, np.zeros((pad, FEATURES), np.float32)]),
           "y": np.concatenate([y, np.zeros(pad, np.int32)]),
-          "mask": np.arange(EVAL_ROWS + pad, dtype=np.float32) < EVAL_ROWS}
-  rows["mask"] = rows["mask"].astype(np.float32)
+          "mask": (np.arange(EVAL_ROWS + pad) < EVAL_ROWS).astype(np.float32)}
   return [jax.tree.map(lambda a: a[i:i + EVAL_BATCH], rows)
           for i in range(0, EVAL_ROWS + pad, EVAL_BATCH)]
 
@@ -160,10 +160,11 @@ def process_mesh():  # every process's devices, in process order as pmap's
   return Mesh(np.array(devices), ("data",), axis_types=(AxisType.Auto,))
 
 @functools.cache  # built once per mesh and body: a new one compiles again
-def compiled(mesh, body):  # per device, as pmap ran it
+def compiled(mesh, body, donate=False):  # per device, as pmap ran it
   return jax.jit(jax.shard_map(
       lambda s, b: body(s, b, "data"), mesh=mesh,
-      in_specs=(P(), P("data")), out_specs=P(), check_vma=False))
+      in_specs=(P(), P("data")), out_specs=P(), check_vma=False),
+                 donate_argnums=(0,) if donate else ())
 
 def place(state, mesh):  # a host state, replicated over every process
   # A typed key is no numpy leaf: its host copy is an array on one device,
@@ -173,7 +174,8 @@ def place(state, mesh):  # a host state, replicated over every process
   return state.replace(key=jax.random.wrap_key_data(state.key))
 
 def run_port(state, steps, mesh, workdir, save_every=2):  # after
-  p_train, p_eval = compiled(mesh, train_step), compiled(mesh, eval_sums)
+  p_train = compiled(mesh, train_step, donate=True)  # as pmap's, the state
+  p_eval = compiled(mesh, eval_sums)
   rows = lambda batch: jax.make_array_from_process_local_data(
       NamedSharding(mesh, P("data")), host_rows(batch))
   state = place(state, mesh)  # once
