@@ -3,8 +3,10 @@
 Each plant swaps one body of `docs.trainstate_port` for a mistake teams
 make when porting, only in the port (pmap's steps were built at import):
 the dropout key not folded with the device's index, the eval's padding
-rows counted, the eval's sums not summed over the devices (and hosts).
-`docs.trainstate_port.check` must fail on each, at the part named.
+rows counted, the eval's sums not summed over the devices (and hosts), and
+a mesh whose devices are not in process order (which one process cannot
+see: it fails in 2 processes only). `docs.trainstate_port.check` must fail
+on each, at the part named.
 
     python -m tests.trainstate_plants [the flags of docs.trainstate_port]
 
@@ -18,6 +20,9 @@ from unittest import mock
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType
+from jax.sharding import Mesh
 
 from docs import trainstate_port as program
 
@@ -42,10 +47,20 @@ def _psum_dropped(state, batch, axis):
     return _EVAL(state, batch, axis)
 
 
-# name: (the body it replaces, the mistake, the part check must fail at)
+def _mesh_not_in_process_order():
+  # As jax.make_mesh may order them (by topology): here process 1's devices
+  # first. One process: the same program. Two: each host's rows land on the
+  # other's mesh positions, and draw the other's dropout keys.
+  devices = sorted(jax.devices(), key=lambda d: (-d.process_index, d.id))
+  return Mesh(np.array(devices), ("data",), axis_types=(AxisType.Auto,))
+
+
+# name: (what it replaces, the mistake, the part check must fail at)
 PLANTS = {"key-not-folded": ("train_step", _key_not_folded, "state"),
           "mask-dropped": ("eval_sums", _mask_dropped, "eval metrics"),
-          "psum-dropped": ("eval_sums", _psum_dropped, "eval metrics")}
+          "psum-dropped": ("eval_sums", _psum_dropped, "eval metrics"),
+          "mesh-not-in-process-order": (
+              "process_mesh", _mesh_not_in_process_order, "state")}
 
 
 def planted(name):
