@@ -15,8 +15,9 @@ and compares every bit of every state leaf and metric on this process.
       docs.trainstate_port --coordinator 127.0.0.1:PORT --num-processes 2 \
       --process-id I                                 # each of 2 processes
 
-tests/test_trainstate_port.py runs it both ways (XLA:CPU, jax 0.10.2; two
-processes under gloo) and its wrong twins (tests/trainstate_plants.py).
+tests/test_snippets.py runs it in 1 process x 8 devices (the page's block,
+as pasted); tests/test_trainstate_port.py in 2 x 4 under gloo, with its
+wrong twins (tests/trainstate_plants.py). XLA:CPU, jax 0.10.2.
 """
 
 import argparse
