@@ -70,6 +70,15 @@ def planted(name):
 
 
 def main(argv=None):
+  """Joins the job, runs `check` and then each plant, one line each.
+
+  Args:
+    argv: docs.trainstate_port's flags (`--workdir`, and for a job of many
+      processes `--coordinator`, `--num-processes`, `--process-id`).
+
+  Returns:
+    0; a plant that passes is printed, for the caller to judge.
+  """
   workdir = program.join(argv, __doc__.splitlines()[0])
   leaves, _ = program.check(workdir=f"{workdir}/port")
   print(f"bitwise {leaves}", flush=True)
