@@ -85,3 +85,22 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import compare  # this repository's public API: compare.from_pmap_checkpoint
 # endregion
+
+
+# region: trainstate-imports
+import functools
+import os  # XLA_FLAGS below: 8 emulated CPU devices, set before jax starts
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import tempfile
+
+import flax.jax_utils
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from flax.training import common_utils, train_state
+from jax import lax
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+# endregion

@@ -33,6 +33,14 @@ CALLS = {
         "out = round_trip(params)\n"
         "assert np.array_equal(out['w'], params['w'])\n"
         "assert np.array_equal(out['b'], params['b'])\n"),
+    "BEYOND-ONE-AXIS.md#flax-fsdp": _MESH + (
+        "state, shardings = sharded_state(mesh, jax.random.key(0))\n"
+        "kernel = state.params['Dense_0']['kernel'].value\n"
+        "assert kernel.addressable_shards[0].data.shape == (64, 1)\n"
+        "batch = {'inputs': np.ones((16, 512), np.float32),\n"
+        "         'targets': np.zeros((16, 1), np.float32)}\n"
+        "state, loss = make_step(mesh, shardings)(state, batch)\n"
+        "assert int(state.step) == 1 and np.isfinite(loss)\n"),
     "BEYOND-ONE-AXIS.md#fsdp-specs": (
         "specs = _state_specs({'w': np.zeros((16, 2)), 'b': np.zeros(3)}, 8)\n"
         "assert specs == {'w': P(devices.AXIS), 'b': P()}, specs\n"),
@@ -216,4 +224,10 @@ CALLS = {
         "                   x.reshape(2, 8, 3).mean(1))\n"),
     "MORE-IDIOMS.md#escape-hatch": (
         "assert check_pmap_runtime() in ('original', 'shard_map')\n"),
+    # The whole port's proof in 1 x 8 (tests/test_trainstate_port.py: 2 x 4).
+    "TRAINSTATE-PORT.md#trainstate-shared+trainstate-pmap+trainstate-port"
+    "+trainstate-check": (
+        "leaves, (history, evaluation) = check()\n"
+        "assert leaves == 24 and history['loss'].shape == (4,)\n"
+        "assert 0 < evaluation['accuracy'] <= 1, evaluation\n"),
 }

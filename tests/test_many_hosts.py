@@ -11,50 +11,22 @@ the uninterrupted job's state digest. The quick path and the migration
 guide's 5.1 show the same mesh and placement calls (checked on their text).
 """
 
-import os
 import pathlib
-import socket
-import subprocess
-import sys
 
 import numpy as np
 
 from docs import many_hosts_main
 from docs.guide.sources import regions
+from tests.two_processes import two_processes
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _two_processes(logs, workdir, *args):
   """Runs the main in 2 processes of 4 devices; each one's printed lines."""
-  with socket.socket() as probe:
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-  env = {**os.environ, "JAX_PLATFORMS": "cpu",
-         "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-  errors = [logs / f"{workdir.name}{'-'.join(args)}.{i}.err"
-            for i in range(2)]
-  workers = []
-  for i, error in enumerate(errors):
-    with open(error, "w", encoding="utf-8") as stderr:
-      workers.append(subprocess.Popen(
-          [sys.executable, "-m", "docs.many_hosts_main", "--workdir",
-           str(workdir), "--coordinator", f"127.0.0.1:{port}",
-           "--num-processes", "2", "--process-id", str(i), *args],
-          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=stderr,
-          text=True))
-  try:
-    outs = [w.communicate(timeout=180)[0].splitlines() for w in workers]
-  finally:  # a process left waiting in a collective for its lost peer
-    for worker in workers:
-      if worker.poll() is None:
-        worker.kill()
-        worker.wait()
-  codes = [w.returncode for w in workers]
-  assert codes == [0, 0], (codes, [  # each process's last errors, cut short
-      [line[:300] for line in e.read_text().splitlines()
-       if "Error" in line][-2:] for e in errors])
-  return outs
+  return two_processes("docs.many_hosts_main", logs,
+                       workdir.name + "-".join(args), "--workdir", workdir,
+                       *args)
 
 
 def _printed(lines, what):

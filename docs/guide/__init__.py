@@ -9,8 +9,8 @@ The guide is documents built the same way (`DOCUMENTS`), which link to each
 other: the core a team acts on (`TEMPLATE` -> `OUTPUT`), its appendix (the
 harness, the measured reports, the internals) and the pages the appendix
 links to (`PAGES`: many hosts, moving a running job, beyond one axis, the
-rewrite, more idioms, the team programs), each a document of its own outside the guide's
-length.
+rewrite, more idioms, the team programs, the whole TrainState port), each
+a document of its own outside the guide's length.
 
 `--measure TARGET`, which regenerates a measurement file, is
 `bench.measure`: measuring is bench's concern, the guide only reads the
@@ -29,7 +29,8 @@ DOCUMENTS = (("docs/MIGRATION.template.md", "docs/MIGRATION.md"),
              ("docs/beyond-one-axis.template.md", "docs/BEYOND-ONE-AXIS.md"),
              ("docs/rewrite.template.md", "docs/REWRITE.md"),
              ("docs/more-idioms.template.md", "docs/MORE-IDIOMS.md"),
-             ("docs/team-programs.template.md", "docs/TEAM-PROGRAMS.md"))
+             ("docs/team-programs.template.md", "docs/TEAM-PROGRAMS.md"),
+             ("docs/trainstate-port.template.md", "docs/TRAINSTATE-PORT.md"))
 TEMPLATE, OUTPUT = DOCUMENTS[0]  # the core
 APPENDIX_TEMPLATE, APPENDIX = DOCUMENTS[1]
 PAGES = DOCUMENTS[2:]  # linked from the appendix; not part of the guide
