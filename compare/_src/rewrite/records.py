@@ -83,6 +83,9 @@ class Port:
     out_axes: its outputs so: 0 per device, None one value.
     in_specs: the `in_specs` written (source).
     out_specs: the `out_specs` written (source).
+    after_two: the parameters the written step's lambda takes after the
+      Port's `(state, batch)`: the keyword arguments the program's calls
+      pass, by position now (`write.global_keywords`); () for most steps.
   """
 
   line: int
@@ -94,6 +97,7 @@ class Port:
   out_axes: object = None
   in_specs: str = ""
   out_specs: str = ""
+  after_two: tuple[str, ...] = ()
 
   @property
   def axes(self) -> dict:

@@ -220,6 +220,9 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
     if name in self._plan.keywords:
       mapped = global_keywords.wrapped_function(fun_code,
                                                 *self._plan.keywords[name])
+      # What the step's lambda takes after the Port's (state, batch).
+      layout["after_two"] = tuple(
+          [*self._plan.keywords[name][0], *self._plan.keywords[name][1]][2:])
     return layout, global_written.step_expression(
         mapped, parts, donate, 79 - self._column).replace(
             fun_code, rewrite_pmap.FUN, 1)

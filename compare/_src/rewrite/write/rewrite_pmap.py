@@ -368,8 +368,11 @@ class PmapRewriter(cst.CSTTransformer):
 
   def leave_Assign(self, original, updated):
     first = self._assigned.pop()
-    if (len(original.targets) == 1
+    # Bound only where the value is the pmap itself (not a dict or a call
+    # holding one): the written module's name is then the step's.
+    if (len(original.targets) == 1 and len(self.ports) == first + 1
         and isinstance(original.targets[0].target, cst.Name)
+        and self._builds_pmap(original.value)
         and self._module_level(original)):
       self._bound(first, original.targets[0].target.value)
     return updated
