@@ -304,7 +304,8 @@ def _most(value: str) -> dict:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(prog="python -m bench.mutation",
+                                   description=__doc__.splitlines()[0])
   parser.add_argument("--modules", default=",".join(MODULES),
                       help="comma-separated short names (default: all)")
   parser.add_argument("--max-mutants", type=_most, default={},
