@@ -76,6 +76,11 @@ def check(rewrite) -> int:
       place = _bound(code, port.name)
       assert written is None or ast.dump(written) == ast.dump(place), port
       written = place
+    call = _keywords(written, "_pmap_call") if "_pmap_call" in (
+        rewrite.defined) else {}
+    assert ast.literal_eval(call.get("static_argnums", "()")) == port.static
+    assert (ast.unparse(call["devices"]) if "devices" in call else None) == (
+        None if port.devices is None else f"tuple({port.devices})"), port
     if "_pmap_call" in rewrite.defined:
       view = _keywords(written, "_pmap_view")
       assert (ast.literal_eval(view["in_axes"]),

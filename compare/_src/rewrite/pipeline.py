@@ -222,8 +222,7 @@ def _both_steps(source, path, declared) -> records.Rewrite:
   blockers += [global_layouts.Blocker(p.line, (
       "pmap over given devices: the global step builds its mesh from "
       "jax.local_devices()")) for p in first.ports
-                if "_pmap_mesh(" in p.template and ", tuple(" in p.template
-                and ", tuple(jax.local_devices()))" not in p.template]
+                if p.devices not in (None, "jax.local_devices()")]
   out_of_view, declared_findings = _out_of_view(steps, first.ports, shadowed,
                                                 declared)
   blockers += out_of_view
@@ -309,7 +308,7 @@ def _out_of_view(steps, ports, shadowed, declared):
     if port.line in named:
       continue
     if (declared is not None and declared.line == port.line
-        and "static_argnums" not in port.template):
+        and not port.static):
       # The Port's step is this pmap, made in a function (a factory the
       # Port calls): its layout is the Port's.
       steps[declared.name] = global_layouts.StepLayout(port.line,

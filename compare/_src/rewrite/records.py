@@ -86,6 +86,8 @@ class Port:
     after_two: the parameters the written step's lambda takes after the
       Port's `(state, batch)`: the keyword arguments the program's calls
       pass, by position now (`write.global_keywords`); () for most steps.
+    devices: the source of pmap's `devices` argument, or None.
+    static: pmap's `static_broadcasted_argnums`, jit's `static_argnums`.
   """
 
   line: int
@@ -98,6 +100,8 @@ class Port:
   in_specs: str = ""
   out_specs: str = ""
   after_two: tuple[str, ...] = ()
+  devices: str | None = None
+  static: tuple[int, ...] = ()
 
   @property
   def axes(self) -> dict:

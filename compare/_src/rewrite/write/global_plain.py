@@ -66,7 +66,7 @@ def plan(wrapper, ports, steps, axes_count, source) -> Plan:
         return (f"{step.name} has static_broadcasted_argnums: shard_map "
                 "takes no static argument (the helper _pmap_static binds "
                 "them)")
-    if any("devices=" in p.template for p in ports):
+    if any(p.devices is not None for p in ports):
       return "a pmap over given devices: the helpers build its mesh"
     return None
 

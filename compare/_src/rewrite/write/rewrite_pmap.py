@@ -177,7 +177,9 @@ class PmapRewriter(cst.CSTTransformer):
                                                         out_axes, axis)
     layout = {"in_axes": in_axes, "out_axes": out_axes,
               "in_specs": f"({in_code}, jax.P({axis}))",
-              "out_specs": out_code}
+              "out_specs": out_code, "static": static,
+              "devices": (code_of(named["devices"]) if "devices" in named
+                          else None)}
     self.changed += 1
     self.uses_static = self.uses_static or bool(static)
     self.findings.append(Finding(line, Kind.CHANGED, (
