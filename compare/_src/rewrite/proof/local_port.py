@@ -32,6 +32,17 @@ from compare._src.rewrite.proof import on_port_layout
 _PROVED = "_proved_function"  # the Port's function, in the written call
 
 
+@functools.lru_cache(maxsize=4)
+def _first_step(text: str, path: str):
+  return pipeline.rewrite_source(text, path)
+
+
+def first_step(source: pathlib.Path):
+  """The first step's `Rewrite` of `source`, made once per text: the proof
+  reads its records for the declared step, the local port and the cost."""
+  return _first_step(source.read_text(), str(source))
+
+
 def mapping(ports, name: str) -> list:
   """The recorded ports whose function names `name`."""
   return [p for p in ports if name in p.mapped]
@@ -96,7 +107,7 @@ def step(port, source: pathlib.Path, rewrite, module):
         f"nor jax.pmap of one of its functions (or a functools.partial of "
         "one)")
   fun, name = mapped
-  ports = mapping(pipeline.rewrite_source(source.read_text()).ports, name)
+  ports = mapping(first_step(source).ports, name)
   records = mapping(rewrite.ports, name)
   target = pathlib.Path(module.__file__)
   calls = _written_call(target, name)

@@ -51,8 +51,8 @@ def local_pmap_line(pmap_step, source: pathlib.Path) -> int | None:
   """The line of `source`'s one pmap of the function `pmap_step` maps (a
   pmap made inside a function), or None."""
   mapped = local_port.mapped_function(pmap_step, source)
-  ports = local_port.mapping(pipeline.rewrite_source(
-      source.read_text()).ports, mapped[1]) if mapped else []
+  ports = local_port.mapping(local_port.first_step(source).ports,
+                             mapped[1]) if mapped else []
   return ports[0].line if len(ports) == 1 else None
 
 
@@ -75,11 +75,10 @@ def written_rewrite(port, source: pathlib.Path, global_step: bool):
   """The writer's records of `source`'s rewrite, made as the command made
   them (each process of `--processes`, or a caller that wrote the file):
   `--global`'s with the step the Port declares (`port`; None: none)."""
-  text = source.read_text()
   if not global_step:
-    return pipeline.rewrite_source(text, str(source))
+    return local_port.first_step(source)
   return pipeline.rewrite_global_source(
-      text, str(source), port and declared_step(port, source))
+      source.read_text(), str(source), port and declared_step(port, source))
 
 
 def _rewritten_module(target: pathlib.Path, source: pathlib.Path):
@@ -178,7 +177,7 @@ def prove(port, source: pathlib.Path, target: pathlib.Path,
 def _what_moved(port, source, target, global_port, axes, mesh) -> list:
   """`rewrite_cost.lines` of the first step's port of the same pmap (the
   first step written to a temporary folder) and the global one."""
-  first_step = pipeline.rewrite_source(source.read_text(), str(source))
+  first_step = local_port.first_step(source)
   with tempfile.TemporaryDirectory() as folder:
     first = pathlib.Path(folder) / target.name
     first.write_text(first_step.code)
