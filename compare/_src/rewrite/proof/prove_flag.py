@@ -58,7 +58,7 @@ def prove(port, pair, args, rewrite=None) -> int:
     if port == SCRIPTS:
       from compare._src.rewrite.proof import script_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
       port, written = script_proof.port_of_scripts(
-          *pair, args.steps or SCRIPT_STEPS)
+          *pair, args.steps or SCRIPT_STEPS, rewrite)
     return rewrite_proof.prove(port, *pair, steps=args.steps,
                                global_step=args.global_step, written=written,
                                rewrite=rewrite)
