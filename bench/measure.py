@@ -5,11 +5,11 @@
 
 `python -m docs.build_guide --measure TARGET` calls `measure`. Targets:
 every strategy in the registry (`python -m compare --strategy S --devices 8
---json docs/measured/S.json`), `traps` (`python -m docs.traps`), `dispatch`
-(`python -m bench.dispatch`), `errors` (`python -m docs.errors`), the long
-runs behind the verdict, the handover of a running job, 2 processes against
-1, the device sweeps and the repeated ensemble runs (`python -m
-bench.NAME_runs`), and `all`.
+--json docs/measured/S.json`), `traps` (`python -m docs.traps`),
+`dispatch` (`python -m bench.runners.dispatch`), `errors` (`python -m
+docs.errors`), the long runs behind the verdict, the handover of a running
+job, 2 processes against 1, the device sweeps and the repeated ensemble
+runs (`python -m bench.runners.NAME_runs`), and `all`.
 Every file gets the date (UTC) and the command that made it, so the guide
 says when and how each figure was measured; the guide's figures name the
 file they come from.
@@ -30,25 +30,25 @@ MEASURED = "docs/measured"
 # target -> the module (run from the repo root) that writes it, given
 # `--json PATH`
 SCRIPTS = {"traps": ["-m", "docs.traps"],
-           "dispatch": ["-m", "bench.dispatch"],
+           "dispatch": ["-m", "bench.runners.dispatch"],
            "errors": ["-m", "docs.errors"],
            # About an hour on 2 cores: the long runs behind the verdict.
-           "verdicts": ["-m", "bench.verdict_runs"],
+           "verdicts": ["-m", "bench.runners.verdict_runs"],
            # About an hour on 2 cores: late mistakes and correct ports.
-           "lockstep": ["-m", "bench.lockstep_runs"],
+           "lockstep": ["-m", "bench.runners.lockstep_runs"],
            # Hours on 2 cores: no false failures and detection, in the
-           # environment it runs in (bench/verdict_grid.py).
-           "verdict_grid": ["-m", "bench.verdict_grid"],
-           "handover": ["-m", "bench.handover_runs"],
-           "many_hosts": ["-m", "bench.many_hosts_runs"],
-           "sweep": ["-m", "bench.sweep_runs"],
-           "ensemble_runs": ["-m", "bench.ensemble_runs"],
+           # environment it runs in (bench/runners/verdict_grid.py).
+           "verdict_grid": ["-m", "bench.runners.verdict_grid"],
+           "handover": ["-m", "bench.runners.handover_runs"],
+           "many_hosts": ["-m", "bench.runners.many_hosts_runs"],
+           "sweep": ["-m", "bench.runners.sweep_runs"],
+           "ensemble_runs": ["-m", "bench.runners.ensemble_runs"],
            # The jit ports before and after their fixes (issue 32).
-           "jit_ports": ["-m", "bench.jit_ports"],
+           "jit_ports": ["-m", "bench.runners.jit_ports"],
            # Team programs written elsewhere, their wrong ports and plants.
            "team_programs": ["-m", "docs.team_programs"],
            # python -m compare.rewrite on a flax-examples-style script.
-           "rewrite": ["-m", "bench.rewrite_runs"],
+           "rewrite": ["-m", "bench.runners.rewrite_runs"],
            # ... and on programs written elsewhere: needs tensorflow-cpu
            # and FLAX_CHECKOUT, a checkout of google/flax (about 30 min).
            "real_programs": ["-m", "bench.real_programs.run"],
@@ -56,15 +56,16 @@ SCRIPTS = {"traps": ["-m", "docs.traps"],
            "real_programs_global": ["-m", "bench.real_programs.run",
                                     "--global"],
            # ... and our examples to global arrays, proved by their Ports.
-           "rewrite_examples": ["-m", "bench.rewrite_examples_runs"],
+           "rewrite_examples": ["-m", "bench.runners.rewrite_examples_runs"],
            # --global on every input it writes a step for (issue 58).
-           "rewrite_global": ["-m", "bench.rewrite_global_runs"],
+           "rewrite_global": ["-m", "bench.runners.rewrite_global_runs"],
            # The prover at real sizes, with and without a reference step
            # (about 20 min each on 2 cores).
-           "prove_scale": ["-m", "bench.prove_scale", "--sizes", "0.5,2,4,8",
-                           "--transformer", "--census"],
-           "prove_scale_reference": ["-m", "bench.prove_scale", "--sizes",
-                                     "0.5,2,4,8", "--reference", "--census"],
+           "prove_scale": ["-m", "bench.runners.prove_scale", "--sizes",
+                           "0.5,2,4,8", "--transformer", "--census"],
+           "prove_scale_reference": ["-m", "bench.runners.prove_scale",
+                                     "--sizes", "0.5,2,4,8", "--reference",
+                                     "--census"],
            # The issue 13 utilisation target's workload: 28x28 inputs.
            "utilisation": ["-m", "compare", "--strategy", "data_parallel",
                            "--dataset", "synthetic:28x28", "--steps", "30",

@@ -4,7 +4,8 @@ The train state is replicated (`P()`) and the global batch is split over the
 `data` axis (`P('data')`). `shard_map` keeps the classic program's explicit
 collectives; `jit` lets the compiler place them, its matmul kernels cast to
 `P(reduced=...)` so that it places them where shard_map does
-("jit_plain", without the cast, is the measured "before": bench/jit_ports.py).
+("jit_plain", without the cast, is the measured "before":
+bench/runners/jit_ports.py).
 """
 
 
@@ -66,8 +67,8 @@ def make_train_step(config, placement, variant="shard_map"):
     # Left to itself the partitioner all-reduces a matmul kernel's gradient
     # at its dot, before autodiff's transpose of it, and XLA:CPU then
     # transposes the reduced gradient in the update: 0.88x shard_map's
-    # examples/s (bench/jit_ports.py). A kernel cast to `reduced` (free: it
-    # is a full copy already) has an `unreduced` gradient, per-device
+    # examples/s (bench/runners/jit_ports.py). A kernel cast to `reduced`
+    # (free: it is a full copy already) has an `unreduced` gradient, per-device
     # partial sums, until the one reshard to P(): reduced after the
     # transpose, as shard_map's pmean is. jax 0.10.2 has no such rule for
     # convolutions (docs/performance-notes.md), so only matrices are cast.

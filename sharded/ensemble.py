@@ -9,7 +9,7 @@ probabilities, a `lax.pmean` over the devices.
 Plain `jit(vmap(...))` over the stacked members all-gathers them
 (docs/ensemble-notes.md); the jit port is `jit(vmap(...))` with the CNN's
 hidden convolution batch-grouped (`shardport.workloads.member_conv`), which
-XLA splits over the members (bench/jit_ports.py).
+XLA splits over the members (bench/runners/jit_ports.py).
 """
 
 import functools
@@ -27,7 +27,7 @@ from shardport.workloads import ensemble
 
 # The members-stacked jit steps, by how the CNN's hidden convolution meets
 # the members' vmap (`ensemble.HIDDEN_CONVS`), measured by
-# bench/jit_ports.py: "jit_grouped_conv" all-gathers the members'
+# bench/runners/jit_ports.py: "jit_grouped_conv" all-gathers the members'
 # convolutions; "jit_einsum_conv" does not, but rounds the forward pass
 # otherwise (ReLU flips that only the nudged retakes excuse);
 # "jit_member_conv" splits them over the members (docs/jax-facts.md).

@@ -28,7 +28,7 @@ from shardport.workloads import ensemble
 # "jit_einsum_conv", an einsum split over `members` but rounded otherwise,
 # its ReLU flips excused only by the nudged retakes; "jit_member_conv",
 # batch-grouped and split over `members` (docs/jax-facts.md,
-# bench/jit_ports.py).
+# bench/runners/jit_ports.py).
 VARIANTS = ("shard_map", "jit", "jit_einsum_conv", "jit_member_conv")
 _HIDDEN_CONV = {"jit": "grouped", "jit_einsum_conv": "einsum",
                 "jit_member_conv": "member"}

@@ -28,8 +28,8 @@ from shardport.strategies import fsdp
 from shardport.workloads import registry
 
 # "jit_unconstrained": the jit port before its fix (no constraint on the
-# params or the gradient), kept to measure against (bench/jit_ports.py); no
-# strategy runs it.
+# params or the gradient), kept to measure against
+# (bench/runners/jit_ports.py); no strategy runs it.
 VARIANTS = ("shard_map", "jit", "jit_unconstrained")
 PROCESS_LOCAL_BATCH = True
 BACKEND = devices.BACKEND

@@ -16,7 +16,7 @@ def test_writing_a_record_leaves_jax_unimported(tmp_path):
   # its in-process cost group: which only works while jax is not imported.
   out = tmp_path / "record.json"
   script = ("import sys\n"
-            "from bench import run_record\n"
+            "from bench.runners import run_record\n"
             f"run_record.write({str(out)!r}, 'probe', 'nothing ran', a=1)\n"
             "assert 'jax' not in sys.modules, 'jax imported'\n")
   done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, text=True,
@@ -32,7 +32,7 @@ def test_the_grids_late_controls_lie_inside_each_strategys_default_steps(
   # (ensemble_data's default is 77 steps): N and the steps each detection
   # run takes lie within the defaults, and N = the last default step is
   # among them.
-  from bench import verdict_grid  # pylint: disable=g-import-not-at-top
+  from bench.runners import verdict_grid  # pylint: disable=g-import-not-at-top
   from shardport import strategies  # pylint: disable=g-import-not-at-top
   runs = verdict_grid.detection_runs(verdict_grid.STRATEGIES)
   for name in verdict_grid.STRATEGIES:
@@ -59,7 +59,7 @@ def test_each_triaged_survivor_names_a_function_of_todays_source():
   # That the line is still that mutant's is `python -m bench.mutation
   # --check-triage` (mutmut regenerates the mutants: minutes on 2 busy
   # cores, too long for CI); the bench itself counts a stale entry as none.
-  from bench import mutation  # pylint: disable=g-import-not-at-top
+  from bench.mutation import mutate as mutation  # pylint: disable=g-import-not-at-top
   triage = mutation.load_triage()
   assert triage
   assert mutation.read_triage(triage)[0] == []
@@ -72,7 +72,7 @@ def test_each_triaged_survivor_names_a_function_of_todays_source():
 ])
 def test_a_triage_file_that_would_lose_an_entry_is_refused(
     tmp_path, text, message):
-  from bench import mutation  # pylint: disable=g-import-not-at-top
+  from bench.mutation import mutate as mutation  # pylint: disable=g-import-not-at-top
   path = tmp_path / "triage.toml"
   path.write_text(text)
   with pytest.raises(ValueError, match=message):
@@ -81,7 +81,7 @@ def test_a_triage_file_that_would_lose_an_entry_is_refused(
 
 
 def test_lines_of_code_leave_out_blank_lines_comments_and_docstrings():
-  from bench import rewrite_written  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  from bench.runners import rewrite_written  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   text = ('"""doc\nmore"""\nimport x  # c\n\n# only a comment\ndef f():\n'
           '  """d"""\n  s = """a\nb"""\n  return (1,\n          2)\n')
   # import; def; the assignment's two lines; the return's two.

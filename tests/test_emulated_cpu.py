@@ -3,7 +3,7 @@
 A program that queues steps with collectives unread (the JAX pmap tutorial
 as written) aborted in XLA:CPU's rendezvous on 8 emulated devices with the
 CPU client's own pool, and ran 20 of 20 times with two threads per device
-(`python -m bench.emulated_cpu_runs`, docs/REWRITE.md). These tests pin
+(`python -m bench.probes.emulated_cpu_runs`, docs/REWRITE.md). These tests pin
 the settings the pytest plugin and `compare.testing.emulated_cpu_environment`
 give; the runs themselves are the bench's (minutes, and a deadlock shows
 in some runs only). 6 s measured on 2 cores shared with other jobs.

@@ -2,7 +2,7 @@
 errors as fractions of its update, the drift's largest difference, the
 step metrics' gaps, a leaf's statistics and the distance in ulps
 (`compare._src.prove.equivalence`). Written for the survivors of `python -m
-bench.mutation` (bench/mutation_triage.toml)."""
+bench.mutation` (bench/mutation/triage.toml)."""
 
 import numpy as np
 import pytest

@@ -11,7 +11,7 @@ program's, bitwise, so they cannot take another ReLU branch than pmap (the
 einsum's, which rounds otherwise, is the negative control), also with
 several members a device (a device's members vmapped at once is the
 negative control). Structure only:
-speed is measured by `python -m compare` and bench/jit_ports.py.
+speed is measured by `python -m compare` and bench/runners/jit_ports.py.
 """
 
 import flax.linen as nn

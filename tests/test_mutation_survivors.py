@@ -1,7 +1,7 @@
 """The prover's small rules that mutation testing (`python -m
 bench.mutation`) found no fast test pinning: leaf_bands' bands and scores,
 lockstep's plan of checked steps, its flip limit and a run's skeleton.
-Each test names the behaviour; bench/mutation_triage.toml the mutants."""
+Each test names the behaviour; bench/mutation/triage.toml the mutants."""
 
 import jax
 import numpy as np
@@ -11,7 +11,7 @@ from compare._src.prove import leaf_bands
 from compare._src.prove import lockstep
 
 
-# leaf_bands: a leaf's band and a step's score (bench/mutation_triage.toml).
+# leaf_bands: a leaf's band and a step's score (bench/mutation/triage.toml).
 
 
 def test_a_leaf_a_calibration_step_left_bitwise_counts_as_zero_in_its_band():

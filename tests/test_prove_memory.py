@@ -2,12 +2,12 @@
 
 A census of the devices' live buffers (each counted once, however many
 arrays view it) after every lockstep check of a proof of an AdamW MLP
-(`bench.prove_scale`, 0.5M parameters), in sets of the 8 devices' state:
+(`bench.runners.prove_scale`, 0.5M parameters), in sets of the 8 devices' state:
 pmap's stacked state and the port's replicated one are 2, the Port's
 initial state on one device an eighth. Each memory source the prover once
 held is planted back and must raise it: the lockstep's device copies of
 every run's initial state, and the free-running calibration runs (now
-asked for, `calibration_runs`). On the host (`bench.prove_census`): the
+asked for, `calibration_runs`). On the host (`bench.runners.prove_census`): the
 shared state alone; the runs' states, their checked steps and the
 calibration's are read from their devices leaf by leaf
 (`host_copies.DeviceLeaf`), and each host copy removed is planted back.
@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 import compare
-from bench import prove_census
-from bench import prove_scale
+from bench.runners import prove_census
+from bench.runners import prove_scale
 from compare._src.prove import equivalence
 from compare._src.prove import host_copies
 from compare._src.prove import lockstep

@@ -9,6 +9,7 @@ spreads them over). The global step is written to that layout, its metrics
 kept per device, and proved against the original pmap.
 """
 
+import dataclasses
 import pathlib
 import re
 
@@ -155,13 +156,20 @@ def test_metrics_taken_as_one_copy_fail_the_proof(tmp_path, capsys):
   written = 'out_specs=(jax.P(), jax.P("batch"))'
   view = "jax.tree.map(lambda a: jax.numpy.expand_dims(a, 0), loss)"
   assert written in target.read_text() and view in target.read_text()
-  # Planted: the loss one value, P(), as device 0's copy.
+  # Planted: the loss one value, P(), as device 0's copy, written so and
+  # recorded so (the proof reads the writer's record of the port's axes).
   target.write_text(target.read_text().replace(
       written, "out_specs=(jax.P(), jax.P())").replace(view, "loss"))
+  port = port_module.load(f"{PORTS}:port")
+  records = rewrite_proof.written_rewrite(port, INPUTS / "steps_module.py",
+                                          True)
+  planted = dataclasses.replace(records, ports=tuple(
+      dataclasses.replace(p, out_axes=(None, None),
+                          out_specs="(jax.P(), jax.P())")
+      for p in records.ports))
   capsys.readouterr()
-  code = rewrite_proof.prove(port_module.load(f"{PORTS}:port"),
-                             INPUTS / "steps_module.py", target, steps=3,
-                             global_step=True)
+  code = rewrite_proof.prove(port, INPUTS / "steps_module.py", target,
+                             steps=3, global_step=True, rewrite=planted)
   assert code == 1
   assert "verdict: fail, first at step 1" in capsys.readouterr().out
 

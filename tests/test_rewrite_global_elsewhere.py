@@ -37,7 +37,7 @@ from tests.test_rewrite_global import STACKED  # pylint: disable=g-bad-import-or
 
 INPUTS = pathlib.Path(__file__).resolve().parent / "rewrite_inputs"
 # jax's examples/datasets.py stand-in, beside the copied MNIST example
-# (bench/rewrite_global_runs.py reads it too).
+# (bench/runners/rewrite_global_runs.py reads it too).
 MNIST = (INPUTS / "mnist_datasets.py").read_text()
 
 NO_AXIS = '''"""The pmap docs' first example, with a replicated weight."""

@@ -7,7 +7,7 @@ must print what it prints, on every process, in 2 processes x 4 emulated
 devices and in 1 x 8; the first step with its mesh over this process's
 devices alone (what the rewrite wrote before) must not. The flax BatchNorm
 program (multihost_train.py) is run the same way by `python -m
-bench.rewrite_many_hosts`, outside CI for its compile time.
+bench.probes.rewrite_many_hosts`, outside CI for its compile time.
 """
 
 import os
@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from bench import rewrite_many_hosts
+from bench.probes import rewrite_many_hosts
 from shardport.launch import launcher
 
 PROGRAM = "multihost_tutorial"

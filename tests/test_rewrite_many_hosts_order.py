@@ -28,7 +28,7 @@ import sys
 
 import pytest
 
-from bench import rewrite_many_hosts
+from bench.probes import rewrite_many_hosts
 from shardport.launch import launcher
 
 PROGRAM = rewrite_many_hosts.INPUTS / "multihost_axis_index.py"

@@ -2,7 +2,7 @@
 their defaults, returns, replace and dict layouts, step factories, the
 depth bound) that only slow tests had pinned, found by `python -m
 bench.mutation` running global_calls in full (issue 60): each a small
-program rewritten in-process, no program run (bench/mutation_triage.toml
+program rewritten in-process, no program run (bench/mutation/triage.toml
 names the mutant each test kills)."""
 
 import pytest

@@ -1,7 +1,7 @@
 """The `--global` reading's behaviours that only slow tests had pinned,
 found by `python -m bench.mutation` running global_reader in full (issue
 60): each a small program rewritten in-process, no program run
-(bench/mutation_triage.toml names the mutant each test kills)."""
+(bench/mutation/triage.toml names the mutant each test kills)."""
 
 import pytest
 

@@ -1,6 +1,6 @@
 """The `--global` reading's behaviours that mutation testing (`python -m
 bench.mutation`, issue 60) found no fast test pinning: each a small
-program rewritten in-process, no program run (bench/mutation_triage.toml
+program rewritten in-process, no program run (bench/mutation/triage.toml
 names the mutant each test kills)."""
 
 from compare._src.rewrite.pipeline import rewrite_global_source

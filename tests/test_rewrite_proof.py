@@ -6,6 +6,7 @@ import pathlib
 from compare import rewrite
 from compare._src.measure import hlo
 from compare._src.prove import port as port_module
+from compare._src.rewrite.proof import on_port_layout
 from compare._src.rewrite.proof import rewrite_proof
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -87,7 +88,7 @@ def test_a_global_proof_counts_the_written_steps_collectives_not_the_adapters():
 
   written = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P("i")),
                                   out_specs=(P(), P("i"))))
-  step = rewrite_proof._on_global_mesh(  # pylint: disable=protected-access
+  step = on_port_layout.on_global_mesh(
       written, {"in_axes": (None, None), "out_axes": (None, 0)}, 8)
   state, batch = np.float32(0), np.ones(16, np.float32)
 

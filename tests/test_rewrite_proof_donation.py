@@ -1,7 +1,7 @@
 """`--prove --global` runs the written step as it donates.
 
 The proof adapts the written global step to the Port's layout inside a jit
-of its own (`rewrite_proof._on_global_mesh`), and a jit inside a jit
+of its own (`on_port_layout.on_global_mesh`), and a jit inside a jit
 donates nothing: where the written step donates its state, the adapter
 must too, or the proof holds each step's old state beside its new (flax
 nlp_seq at its default size, 24M parameters: 18.2 and 18.7 GB
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compare._src.rewrite.proof import rewrite_proof
+from compare._src.rewrite.proof import on_port_layout
 
 AXES = {"in_axes": (None, None), "out_axes": (None, None)}
 
@@ -27,7 +27,7 @@ def _step(donate):
 @pytest.mark.parametrize("donate", [True, False])
 def test_the_adapted_step_donates_the_state_where_the_written_one_does(
     donate):
-  step = rewrite_proof._on_global_mesh(_step(donate), AXES, 8)  # pylint: disable=protected-access
+  step = on_port_layout.on_global_mesh(_step(donate), AXES, 8)
   state = {"w": jnp.ones((64, 64))}
   new, metrics = step(state, jnp.arange(8.0))
   assert state["w"].is_deleted() is donate
@@ -40,18 +40,18 @@ def test_the_adapted_step_donates_the_state_where_the_written_one_does(
 def test_a_step_that_is_not_a_jit_donates_nothing():
   def plain(state, batch):
     return jax.tree.map(lambda x: x + batch.sum(), state), {"loss": 0.0}
-  step = rewrite_proof._on_global_mesh(plain, AXES, 8)  # pylint: disable=protected-access
+  step = on_port_layout.on_global_mesh(plain, AXES, 8)
   state = {"w": jnp.ones(3)}
   step(state, jnp.arange(8.0))
   assert not state["w"].is_deleted()
 
 
 def test_a_donating_step_wrapped_in_a_jit_of_ours_still_donates():
-  # `global_keywords.proved_with_bound_keywords` binds a local pmap's
+  # `on_port_layout.with_bound_keywords` binds a local pmap's
   # keyword arguments in a jit of its own (flax nlp_seq's dropout_rng).
   written = _step(True)
   wrapped = jax.jit(lambda state, batch: written(state, batch))
-  step = rewrite_proof._on_global_mesh(wrapped, AXES, 8)  # pylint: disable=protected-access
+  step = on_port_layout.on_global_mesh(wrapped, AXES, 8)
   state = {"w": jnp.ones(3)}
   step(state, jnp.arange(8.0))
   assert state["w"].is_deleted()

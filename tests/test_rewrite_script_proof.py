@@ -18,6 +18,7 @@ import pytest
 from compare import rewrite
 from compare import testing
 from compare._src.prove.port import PortError
+from compare._src.rewrite.proof import on_port_layout
 from compare._src.rewrite.proof import rewrite_proof
 from compare._src.rewrite.proof import script_proof
 from tests.test_rewrite_global_elsewhere import MNIST
@@ -94,7 +95,7 @@ def test_a_mistake_from_a_later_step_fails_there(tmp_path):
   port, (step, axes, _) = script_proof.port_of_scripts(*_rewritten(tmp_path),
                                                        5)
   # The written step on the Port's layout, as `rewrite_proof.prove` runs it.
-  proved = dataclasses.replace(port, port_step=rewrite_proof._on_global_mesh(  # pylint: disable=protected-access
+  proved = dataclasses.replace(port, port_step=on_port_layout.on_global_mesh(
       step, axes, port.mesh.size))
   testing.assert_port_equivalent(proved, steps=5)
   with pytest.raises(AssertionError, match="first at step 4: port vs pmap"):

@@ -1,5 +1,5 @@
 """The rewrite's behaviours that mutation testing (`python -m
-bench.mutation`) found no fast test pinning; bench/mutation_triage.toml
+bench.mutation`) found no fast test pinning; bench/mutation/triage.toml
 names the mutant each test kills."""
 
 import libcst as cst

@@ -3,14 +3,14 @@ are reproducible, and every strategy runs from the command line.
 
 Runs are short (a few steps, small batches, one timing window) so that the
 whole file stays within CI's budget; the long-run results (300 and 1000
-steps) are in docs/measured/verdicts.json (bench/verdict_runs.py).
+steps) are in docs/measured/verdicts.json (bench/runners/verdict_runs.py).
 """
 
 import json
 
 import pytest
 
-from bench import verdict_runs
+from bench.runners import verdict_runs
 from compare._src import cli
 from shardport import strategies
 from shardport.strategies.strategy import RunSpec
@@ -87,7 +87,7 @@ def test_every_strategy_passes_from_the_command_line(tmp_path, strategy,
   # Evaluation outputs agree across backends (not only the states).
   accuracies = {name: run["test_accuracy"] for name, run in runs.items()}
   assert len(set(accuracies.values())) == 1, accuracies
-  # The long runs' summary (bench/verdict_runs.py) reads every entry.
+  # The long runs' summary (bench/runners/verdict_runs.py) reads every entry.
   summary = verdict_runs.summarise(report)
   assert summary["verdict"] == "pass"
   judged = [pair for pair in summary["pairs"].values()

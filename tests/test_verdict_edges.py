@@ -2,7 +2,7 @@
 end's calibration entry, the floors and allowed gaps, the step metrics'
 entry, and each bound taken as inclusive or strict
 (`compare._src.prove.verdicts`). Written for the survivors of `python -m
-bench.mutation` (bench/mutation_triage.toml)."""
+bench.mutation` (bench/mutation/triage.toml)."""
 
 import types
 

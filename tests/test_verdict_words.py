@@ -2,7 +2,7 @@
 says for each kind of failure and which it names first, the handover's and
 the first step's entries, and the overall verdict
 (`compare._src.prove.verdicts`). Written for the survivors of
-`python -m bench.mutation` (bench/mutation_triage.toml)."""
+`python -m bench.mutation` (bench/mutation/triage.toml)."""
 
 import types
 

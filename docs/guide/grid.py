@@ -1,5 +1,5 @@
-"""The verdict grid's tables, a cell for every run `bench/verdict_grid.py`
-plans.
+"""The verdict grid's tables, a cell for every run
+`bench/runners/verdict_grid.py` plans.
 
 - `<!-- table: verdict-grid -->`: the correct ports at 10, 50, 200 and 1000
   steps, on digits and random data, in both environments.
@@ -14,7 +14,7 @@ runner plans but no file holds shows as not measured, so the tables say what
 is left as well as what passed.
 """
 
-from bench import verdict_grid
+from bench.runners import verdict_grid
 from docs.guide.jobs import load
 from docs.guide.tables import markdown_table
 

@@ -1,10 +1,10 @@
 """Tables of the jobs teams migrate: many processes, and a job moved.
 
 - `<!-- table: many-hosts -->`: 2 processes x 4 devices against 1 x 8, per
-  run (docs/measured/many_hosts.json, `bench/many_hosts_runs.py`).
+  run (docs/measured/many_hosts.json, `bench/runners/many_hosts_runs.py`).
 - `<!-- table: handover -->`: each strategy's final state digest alone and
   across a move between the backends (docs/measured/handover.json,
-  `bench/handover_runs.py`).
+  `bench/runners/handover_runs.py`).
 - `<!-- table: checkpoint-cost -->`: what a save and a restore cost there.
 """
 

@@ -5,7 +5,7 @@ every inline-code reference is checked: project names (`sharded.devices.
 placement`) must be defined in the source, library names (`jax.shard_map`)
 must import, names struck through (~~`jax.tree_map`~~) must NOT exist (the
 guide says they are gone), paths (`sharded/devices.py`) must exist, and so
-must the project modules commands run (`python -m bench.dispatch`).
+must the project modules commands run (`python -m bench.runners.dispatch`).
 In the built documents every `(#anchor)` link must land on an anchor of its
 own document, and every `(OTHER.md#anchor)`, where OTHER.md is another
 document `docs.guide.DOCUMENTS` builds (`APPENDIX.md`, `MIGRATION.md`,

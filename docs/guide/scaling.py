@@ -2,10 +2,10 @@
 
 - `<!-- table: sweep -->`: every strategy's `--sweep-devices 1,2,4,8`, with
   its curves (docs/measured/sweep.json and sweep_STRATEGY.png,
-  `bench/sweep_runs.py`).
+  `bench/runners/sweep_runs.py`).
 - `<!-- table: ensemble-runs -->`: the ensemble's shard_map/pmap ratio over
   repeated default runs (docs/measured/ensemble_runs.json,
-  `bench/ensemble_runs.py`).
+  `bench/runners/ensemble_runs.py`).
 """
 
 from compare._src.prove import sweep

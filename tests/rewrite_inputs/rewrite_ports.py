@@ -3,7 +3,7 @@ the pmap tutorial's `update` (params, xs, ys), its many-host version's, and
 the flax-examples-style and many-host scripts' `p_train_step` (state,
 batch). `python -m compare.rewrite FILE
 --global --prove tests.rewrite_inputs.rewrite_ports:NAME` proves the
-written step against the pmap (bench/rewrite_global_runs.py)."""
+written step against the pmap (bench/runners/rewrite_global_runs.py)."""
 
 import jax
 import numpy as np

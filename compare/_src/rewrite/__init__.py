@@ -14,11 +14,15 @@ the models: one transform per visitor, every change a typed record):
   the places the global step cannot take; the Port's declared layout.
 - `write/`: the module and its plan in, the written code and its findings
   out: the first step (`rewrite_pmap`), the global step without helpers
-  (`global_plain`) or with them (`global_rewriter`), the tidying.
+  (`global_plain`) or with them (`global_rewriter`), the tidying; each
+  written port recorded as a `Port` (its bound name, the names its
+  function names, its axes and specs).
 - `pipeline`: the stages in order for one source: `rewrite_source` (the
   first step), `rewrite_global_source` (both steps, `--global`).
 - `report`: every file's `Rewrite` in, the report's lines and counts out.
-- `proof/`: the written port in, `compare.prove`'s verdict out (`--prove`).
+- `proof/`: the written port and the writer's records of it in,
+  `compare.prove`'s verdict out (`--prove`); nothing of the written text
+  is parsed for the records' facts.
 - `rewrite_cli`: the command line: files in, files and the report out.
 
 Each stage imports only those before it (tests/test_rewrite_stages.py).

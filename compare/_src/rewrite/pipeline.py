@@ -101,11 +101,13 @@ def rewrite_source(source: str, path: str = "<string>") -> records.Rewrite:
                        "as a value (not called): replace it by hand "
                        "(docs/MIGRATION.md#staged)")
                for line in sorted(set(references.removed) - seen)]
+  helped = bool(rewriter.changed or rewriter.uses_put)
   code = (imports.with_imports(new.code, module, rewriter.uses_static,
-                               rewriter.uses_put)
-          if rewriter.changed or rewriter.uses_put else source)
+                               rewriter.uses_put) if helped else source)
   return records.Rewrite(code, tuple(sorted(findings, key=lambda f: f.line)),
-                         tuple(rewriter.ports))
+                         tuple(rewriter.ports), imports.helpers_defined(
+                             rewriter.uses_static, rewriter.uses_put)
+                         if helped else ())
 
 
 def _axis_of(module, aliases, line, path):
@@ -185,9 +187,8 @@ def rewrite_global_source(source: str, path: str = "<string>",
   if read_back is not None:  # the first step's output: from its program
     both = rewrite_global_source(read_back, path, declared)
     line = first_step_undone.line_of(source, read_back)
-    return records.Rewrite(both.code, tuple(
-        dataclasses.replace(f, line=line(f.line)) for f in both.findings),
-                                both.ports)
+    return dataclasses.replace(both, findings=tuple(
+        dataclasses.replace(f, line=line(f.line)) for f in both.findings))
   whole = _both_steps(source, path, declared)
   if not _refused(whole):
     return whole
@@ -200,10 +201,11 @@ def rewrite_global_source(source: str, path: str = "<string>",
     except records.RewriteError:
       continue
     if not _refused(rest):
-      return records.Rewrite(
-          global_uncalled.restored(rest.code, source, [function]),
-          tuple(sorted(rest.findings + tuple(global_uncalled.findings(
-              [function], source)), key=lambda f: f.line)), rest.ports)
+      return dataclasses.replace(
+          rest, code=global_uncalled.restored(rest.code, source, [function]),
+          findings=tuple(sorted(rest.findings + tuple(
+              global_uncalled.findings([function], source)),
+                                key=lambda f: f.line)))
   return whole
 
 
@@ -248,14 +250,13 @@ def _both_steps(source, path, declared) -> records.Rewrite:
   blockers += [global_layouts.Blocker(p.line, (
       "pmap over given devices: the global step builds its mesh from "
       "jax.local_devices()")) for p in first.ports
-                if "_pmap_mesh(" in p.template and ", tuple(" in p.template
-                and ", tuple(jax.local_devices()))" not in p.template]
+                if p.devices not in (None, "jax.local_devices()")]
   out_of_view, declared_findings = _out_of_view(steps, first.ports, shadowed,
                                                 declared)
   blockers += out_of_view
   if blockers:
-    return records.Rewrite(first.code, first.findings + tuple(
-        _place(b) for b in blockers), first.ports)
+    return dataclasses.replace(first, findings=first.findings + tuple(
+        _place(b) for b in blockers))
   findings = declared_findings + axes_finding + [
       Finding(line, Kind.CHANGED, text, Subject.PUBLIC)
       for line, text in notes]
@@ -268,7 +269,8 @@ def _both_steps(source, path, declared) -> records.Rewrite:
     return records.Rewrite(code, tuple(sorted(
         writer.findings + findings + removed
         + global_tidy.findings(source, code, writer.ports, wrapper),
-        key=lambda f: f.line)), tuple(writer.ports))
+        key=lambda f: f.line)), tuple(writer.ports), writer.defined,
+                           writer.mesh_after_join)
   if isinstance(written, str):  # the helpers stay: why
     findings.insert(len(declared_findings), Finding(
         min(p.line for p in first.ports), Kind.KEPT, written))
@@ -276,13 +278,14 @@ def _both_steps(source, path, declared) -> records.Rewrite:
                                           known, declared and declared.name)
   new = wrapper.visit(writer)
   if writer.blockers:
-    return records.Rewrite(first.code, first.findings + tuple(
-        _place(b) for b in writer.blockers), first.ports)
+    return dataclasses.replace(first, findings=first.findings + tuple(
+        _place(b) for b in writer.blockers))
   return records.Rewrite(
       imports.with_imports(new.code, module, writer.uses_static,
                            writer.uses_put),
       tuple(sorted(writer.findings + findings, key=lambda f: f.line)),
-      tuple(writer.ports))
+      tuple(writer.ports), imports.helpers_defined(writer.uses_static,
+                                                   writer.uses_put))
 
 
 def _first_step_only(first) -> records.Rewrite | None:
@@ -290,16 +293,16 @@ def _first_step_only(first) -> records.Rewrite | None:
   the first step left to a person, or no pmap (only calls jax 0.10
   removed, whose pmap is elsewhere); else None."""
   if first.needs_a_person:
-    return records.Rewrite(first.code, first.findings + (Finding(
+    return dataclasses.replace(first, findings=first.findings + (Finding(
         min(f.line for f in first.findings if f.kind == Kind.PERSON),
         Kind.PERSON, "the global step needs every pmap rewritten first: "
-        "written is the first step", Subject.NOT_GLOBAL),), first.ports)
+        "written is the first step", Subject.NOT_GLOBAL),))
   if not first.ports:
-    return records.Rewrite(first.code, first.findings + tuple(
+    return dataclasses.replace(first, findings=first.findings + tuple(
         _place(global_layouts.Blocker(f.line, (
             "no pmap in this file takes what this call places; move it with "
             "the step that does (docs/MIGRATION.md#staged)")))
-        for f in first.findings if f.kind == Kind.KEPT), first.ports)
+        for f in first.findings if f.kind == Kind.KEPT))
   return None
 
 
@@ -333,7 +336,7 @@ def _out_of_view(steps, ports, shadowed, declared):
     if port.line in named:
       continue
     if (declared is not None and declared.line == port.line
-        and "static_argnums" not in port.template):
+        and not port.static):
       # The Port's step is this pmap, made in a function (a factory the
       # Port calls): its layout is the Port's.
       steps[declared.name] = global_layouts.StepLayout(port.line,

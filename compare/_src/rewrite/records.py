@@ -63,13 +63,51 @@ class Finding:
 
 @dataclasses.dataclass(frozen=True)
 class Port:
-  """A pmap rewritten: its line, the function's source, and the port's
-  source with `FUN` in place of the function (`--prove` builds the port of
-  a pmap made inside a function from it)."""
+  """A pmap rewritten, as its writer wrote it: what `--prove` reads instead
+  of parsing the written file (`proof.rewrite_proof`).
+
+  Attributes:
+    line: the pmap's line in the input file.
+    fun_code: the mapped function's source.
+    template: the port's source with `FUN` in place of the function
+      (empty for a decorator the global step writes as decorators).
+    name: the module-level name the written step is bound to (an assigned
+      pmap's target, a decorated function's name); None for a pmap made
+      inside a function, which the proof finds by `mapped`.
+    mapped: every name the mapped function's expression names (`f`, or
+      `functools.partial(f, ...)`'s), which the proof matches against the
+      Port's function.
+    in_axes: the step's arguments as pmap's axes the proof hands it: 0
+      stacked `[devices, ...]` (pmap's view kept), None one value (the
+      state placed once, the global batch).
+    out_axes: its outputs so: 0 per device, None one value.
+    in_specs: the `in_specs` written (source).
+    out_specs: the `out_specs` written (source).
+    after_two: the parameters the written step's lambda takes after the
+      Port's `(state, batch)`: the keyword arguments the program's calls
+      pass, by position now (`write.global_keywords`); () for most steps.
+    devices: the source of pmap's `devices` argument, or None.
+    static: pmap's `static_broadcasted_argnums`, jit's `static_argnums`.
+  """
 
   line: int
   fun_code: str
   template: str
+  name: str | None = None
+  mapped: frozenset[str] = frozenset()
+  in_axes: object = None
+  out_axes: object = None
+  in_specs: str = ""
+  out_specs: str = ""
+  after_two: tuple[str, ...] = ()
+  devices: str | None = None
+  static: tuple[int, ...] = ()
+
+  @property
+  def axes(self) -> dict:
+    """`{"in_axes": ..., "out_axes": ...}`, as the proof's adapters take
+    them."""
+    return {"in_axes": self.in_axes, "out_axes": self.out_axes}
 
 
 class RewriteError(ValueError):
@@ -97,12 +135,18 @@ class Rewrite:
     code: the rewritten source (the input itself where nothing changed).
     findings: every change, every place left to a person and every call
       site that keeps pmap's stacked layout, in line order.
-    ports: every pmap rewritten, with its port's source.
+    ports: every pmap rewritten, with its port's source and layout.
+    defined: the module-level names the writer added (the first step's
+      `_pmap_*` helpers, or the global step's mesh and shardings).
+    mesh_after_join: the global step sets jax's mesh after the file's
+      `jax.distributed.initialize` (its shard_maps name no mesh).
   """
 
   code: str
   findings: tuple[Finding, ...]
   ports: tuple[Port, ...] = ()
+  defined: tuple[str, ...] = ()
+  mesh_after_join: bool = False
 
   @property
   def needs_a_person(self) -> bool:

@@ -261,7 +261,7 @@ def main(argv=None) -> int:
         devices=args.devices or emulation.DEFAULT_DEVICES,
         coordinator=args.coordinator))
   elif port is not None:
-    code = max(code, prove_flag.prove(port, pairs[0], args))
+    code = max(code, prove_flag.prove(port, pairs[0], args, results[0][2]))
   elif not args.in_tree:
     print("to prove it: --prove PKG.MODULE:NAME, the compare.Port of the "
           "original program (its pmap_step a pmap of this file); "

@@ -10,7 +10,6 @@ command sets the emulated device count first.
 import pathlib
 import sys
 
-from compare._src.rewrite import pipeline
 from compare._src.rewrite.records import RewriteError
 from shardport.launch import distributed
 from shardport.launch import emulation
@@ -41,24 +40,17 @@ def declared_step(port, source: pathlib.Path):
   """The step of `source` whose layout the Port declares (its `pmap_step`,
   or the step a `compare.adapt_step` adapts), as a
   `pipeline.Declared`; None where `source` names neither."""
-  import dataclasses  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   from compare._src.rewrite.proof import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   if port == SCRIPTS:
     return None  # the scripts' Port is made when proved
-  signature = getattr(port.pmap_step, "signature", None)
-  step = port if signature is None else dataclasses.replace(
-      port, pmap_step=signature.step)
-  name = rewrite_proof.original_name(step, source)
-  if name is not None:
-    return pipeline.Declared.of(name, signature)
-  line = rewrite_proof.local_pmap_line(step.pmap_step, source)
-  return None if line is None else pipeline.Declared.of(
-      f"the pmap of line {line}", signature, line)
+  return rewrite_proof.declared_step(port, source)
 
 
-def prove(port, pair, args) -> int:
+def prove(port, pair, args, rewrite=None) -> int:
   """`--prove`: the proof's exit code, 2 for a Port that cannot be proved,
-  4 for a crash (the rewrite and its report are written by then)."""
+  4 for a crash (the rewrite and its report are written by then).
+  `rewrite`: the writer's records of the file proved (`records.Rewrite`);
+  None in a worker, which makes them again as its launcher did."""
   from compare._src.rewrite.proof import rewrite_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   from compare._src.prove.port import PortError  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   try:
@@ -66,9 +58,10 @@ def prove(port, pair, args) -> int:
     if port == SCRIPTS:
       from compare._src.rewrite.proof import script_proof  # pylint: disable=g-import-not-at-top,import-outside-toplevel
       port, written = script_proof.port_of_scripts(
-          *pair, args.steps or SCRIPT_STEPS)
+          *pair, args.steps or SCRIPT_STEPS, rewrite)
     return rewrite_proof.prove(port, *pair, steps=args.steps,
-                               global_step=args.global_step, written=written)
+                               global_step=args.global_step, written=written,
+                               rewrite=rewrite)
   except PortError as err:
     print(f"compare.rewrite: {err}", file=sys.stderr)
     return EXIT_USAGE

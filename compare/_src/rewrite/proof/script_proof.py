@@ -28,7 +28,7 @@ import numpy as np
 from compare import conversions
 from compare._src.prove import adapt
 from compare._src.prove import port as port_module
-from compare._src.rewrite.proof import written_axes
+from compare._src.rewrite import pipeline
 
 SPEC = "__main__"
 
@@ -162,12 +162,13 @@ def _host(tree):
 
 
 def port_of_scripts(source: pathlib.Path, target: pathlib.Path,
-                    steps: int):
+                    steps: int, rewrite=None):
   """`(the Port, (the written step, its axes, its name))` of `source` and
   its rewrite `target`, each run as a script (module docstring). The
   Port's `port_step` is the written step as written (on pmap's stacked
   layout where it keeps it): `rewrite_proof.prove` runs it on the Port's
-  layout."""
+  layout, with the axes the writer recorded for it (`rewrite`: the
+  command's `Rewrite`, else made again)."""
   recorded, name = _original(source, steps)
   written = adapt.adapt_step(_rewritten(target, name))
   batches = [_host(jax.tree.map(lambda x: np.reshape(
@@ -179,5 +180,13 @@ def port_of_scripts(source: pathlib.Path, target: pathlib.Path,
       name=f"{source.name}'s {name}", init=_host(recorded.state),
       pmap_step=adapt.adapt_step(recorded.mapped), port_step=written,
       mesh=mesh, batches=batches, steps=len(batches))
-  axes = written_axes.plain_axes(target.read_text(), name, None)
-  return port, (written, axes, name)
+  return port, (written, _recorded_axes(source, name, rewrite), name)
+
+
+def _recorded_axes(source: pathlib.Path, name: str, rewrite) -> dict:
+  """The axes the writer recorded for the step bound to `name` in
+  `--global`'s rewrite of `source` (as `--prove __main__` wrote it: no
+  declared step); {} where it bound none so."""
+  rewrite = rewrite or pipeline.rewrite_global_source(source.read_text(),
+                                                      str(source))
+  return next((p.axes for p in rewrite.ports if p.name == name), {})

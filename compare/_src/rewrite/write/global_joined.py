@@ -36,12 +36,6 @@ def joins(source: str) -> bool:
   return JOIN in source
 
 
-def sets_mesh(written: str) -> bool:
-  """Whether a written file sets jax's mesh after its join (its shard_maps
-  name none) rather than making one at import."""
-  return "jax.set_mesh(" in written
-
-
 def _is_main_guard(node) -> bool:
   return isinstance(node, cst.If) and "__name__" in cst.Module(
       []).code_for_node(node.test) and "__main__" in cst.Module(

@@ -118,34 +118,3 @@ def by_position(call: cst.Call, keywords) -> cst.Call:
           whitespace_after=cst.SimpleWhitespace(" ")))
     written.append(arg)
   return call.with_changes(args=written)
-
-
-def proved_with_bound_keywords(step, written: str, fun, n_devices: int):
-  """The written step of a local pmap (`written`, its source) as the Port
-  calls it, `(state, batch)`, where it maps a lambda taking keyword
-  arguments after them: each given the value the Port's function binds
-  (`functools.partial(f, ..., k=v)`), on every device as pmap broadcast
-  it. `step` itself where the lambda takes none."""
-  import ast  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  import functools  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  import jax  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  from compare._src.prove import port as port_module  # pylint: disable=g-import-not-at-top,import-outside-toplevel
-  lambdas = [n.args[0] for n in ast.walk(ast.parse(written))
-             if isinstance(n, ast.Call) and ast.unparse(n.func) ==
-             "jax.shard_map" and n.args and isinstance(n.args[0],
-                                                       ast.Lambda)]
-  names = [a.arg for a in lambdas[0].args.args][2:] if lambdas else []
-  if not names:
-    return step
-  bound = fun.keywords if isinstance(fun, functools.partial) else {}
-  missing = [k for k in names if k not in bound]
-  if missing:
-    raise port_module.PortError(
-        f"--prove: the written step takes {', '.join(missing)} (keyword "
-        "arguments of the program's calls); the Port's pmap_step must bind "
-        "them (functools.partial(f, ..., k=v)) to be proved against it")
-  stacked = [jax.tree.map(
-      lambda x: jnp.broadcast_to(x, (n_devices, *jnp.shape(x))), bound[k])
-             for k in names]
-  return jax.jit(lambda state, batch: step(state, batch, *stacked))

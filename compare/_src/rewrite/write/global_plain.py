@@ -67,7 +67,7 @@ def plan(wrapper, ports, steps, axes_count, source) -> Plan:
         return (f"{step.name} has static_broadcasted_argnums and no call "
                 "in this file says how many arguments it takes (jit's "
                 "lambda names each; the helper _pmap_static binds them)")
-    if any("devices=" in p.template for p in ports):
+    if any(p.devices is not None for p in ports):
       return "a pmap over given devices: the helpers build its mesh"
     return None
 
@@ -117,6 +117,19 @@ def _own_function(fun, loads) -> str | None:
   return None
 
 
+def _recorded(stacked_args, count, outs, in_code, out_code) -> dict:
+  """The layout of a step written without helpers, as `records.Port`
+  records it: of its first two arguments (of `count`), those whose body
+  takes pmap's view stacked (0), the rest one value (None); its outputs
+  as its out_specs lay them out (one spec for every output: two alike)."""
+  each = [None if k in (R, None) else 0 for k in outs]
+  return {"in_axes": tuple(0 if i in stacked_args else None
+                           for i in range(min(2, count))) or (None, None),
+          "out_axes": tuple(each) if out_code.startswith("(")
+                      else (each[0],) * 2,
+          "in_specs": in_code, "out_specs": out_code}
+
+
 class PlainRewriter(global_rewriter.GlobalRewriter):
   """`GlobalRewriter` writing each step on the module's mesh, no helper.
   `unplain` says why a step could not be written so (the caller then
@@ -130,6 +143,8 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
     self.shardings = {}  # R, B -> how many placements name it
     # Functions only an assigned pmap reads: pmap's view goes in their body.
     self.edits = {}
+    # What `write` recorded of the file (`records.Rewrite`).
+    self.defined, self.mesh_after_join = (), False
 
   def visit_Module(self, node):
     self._functions = global_written.definitions(node)  # their parameters
@@ -188,10 +203,12 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
     parts = global_written.shard_map_parts(
         None if self._plan.joined else self._plan.names["mesh"], in_code,
         out_code, vma is None)
-    return parts, donate, stacked_args, stacked_outs
+    return parts, donate, stacked_args, stacked_outs, _recorded(
+        stacked_args, len(self.kinds), self.outs, in_code, out_code)
 
   def _template(self, named, line):
-    parts, donate, stacked_args, stacked_outs = self._parts(named, line)
+    parts, donate, stacked_args, stacked_outs, layout = self._parts(named,
+                                                                    line)
     step = self._steps[line]
     stacked_args = global_static.positions(step, stacked_args)
     if stacked_args or stacked_outs:
@@ -215,7 +232,10 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
     if name in self._plan.keywords:
       mapped = global_keywords.wrapped_function(fun_code,
                                                 *self._plan.keywords[name])
-    return global_written.step_expression(
+      # What the step's lambda takes after the Port's (state, batch).
+      layout["after_two"] = tuple(
+          [*self._plan.keywords[name][0], *self._plan.keywords[name][1]][2:])
+    return layout, global_written.step_expression(
         mapped, parts, donate, 79 - self._column).replace(
             fun_code, rewrite_pmap.FUN, 1)
 
@@ -284,7 +304,8 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
       args = self._arguments([cst.Arg(cst.Name("_fun")), *expr.args[1:]],
                              line)
       named.update(args or {})
-    parts, donate, stacked_args, stacked_outs = self._parts(named, line)
+    parts, donate, stacked_args, stacked_outs, layout = self._parts(named,
+                                                                    line)
     static = self._steps[line].static
     stacked_args = global_static.positions(self._steps[line], stacked_args)
     if stacked_args or stacked_outs:
@@ -297,7 +318,10 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
       updated = viewed
       self._viewed(line, stacked_args, stacked_outs)
     self.uses_functools = True
-    self.ports.append(records.Port(line, updated.name.value, ""))
+    self.ports.append(records.Port(
+        line, updated.name.value, "", name=updated.name.value if
+        self._module_level(original) else None,
+        mapped=frozenset([updated.name.value]), **layout))
     column = self.get_metadata(metadata.PositionProvider,
                                original).start.column
     if static:
@@ -344,6 +368,7 @@ def write(wrapper, module, first, steps, replace, axis, known, declared,
                                   writer.uses_functools)
     code, _ = global_joined.set_mesh_after_join(code, axis)
     line, _ = global_joined.where(source)
+    writer.mesh_after_join = True
     writer.findings.append(Finding(line, Kind.CHANGED, (
         "jax.set_mesh(Mesh(every process's devices)) after the join: the "
         "steps' shard_map name no mesh and the placements only a "
@@ -353,6 +378,7 @@ def write(wrapper, module, first, steps, replace, axis, known, declared,
   bound = {"mesh": plain.names["mesh"],
            **{k: plain.names[k] for k in writer.shardings
               if k not in plain.inline}}
+  writer.defined = tuple(bound.values())
   return imports.with_mesh(
       new.code, module, global_written.mesh_block(axis, bound),
       writer.uses_functools), writer

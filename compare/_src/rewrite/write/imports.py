@@ -6,6 +6,9 @@ the first step's helpers or the global step's module-level mesh, after the
 file's own imports.
 """
 
+import ast
+import functools
+
 import libcst as cst
 
 from compare._src.rewrite import rewrite_helpers
@@ -32,6 +35,20 @@ def with_imports(code: str, module: cst.Module, static: bool,
              + (rewrite_helpers.STATIC_HELPER if static else "")
              + (rewrite_helpers.PUT_HELPER if put else ""))
   return head + helpers + "".join(lines[last:])
+
+
+@functools.cache
+def _functions(helpers: str) -> tuple[str, ...]:
+  return tuple(n.name for n in ast.parse(helpers).body
+               if isinstance(n, ast.FunctionDef))
+
+
+def helpers_defined(static: bool, put: bool = False) -> tuple[str, ...]:
+  """The names of the helpers `with_imports` adds (`records.Rewrite`'s
+  `defined`), read from the helpers' own source."""
+  return (_functions(rewrite_helpers.HELPERS)
+          + (_functions(rewrite_helpers.STATIC_HELPER) if static else ())
+          + (_functions(rewrite_helpers.PUT_HELPER) if put else ()))
 
 
 def with_mesh(code: str, module: cst.Module, block: str,

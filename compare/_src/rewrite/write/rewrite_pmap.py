@@ -26,6 +26,8 @@ jit's `static_argnums` (`_pmap_static`).
 What it cannot rewrite safely it leaves as written, with a line saying why.
 """
 
+import dataclasses
+
 import libcst as cst
 from libcst import metadata
 
@@ -52,6 +54,19 @@ _FOR_A_PERSON = {
     "backend": "backend: the mesh's devices choose the backend"}
 # Where a port's source names the pmapped function (`Port.template`).
 FUN = "__pmapped_function__"
+
+
+def mapped_names(fun) -> frozenset[str]:
+  """Every name a mapped function's expression names (`records.Port`)."""
+  found = set()
+
+  class Names(cst.CSTVisitor):
+
+    def visit_Name(self, node):
+      found.add(node.value)
+
+  fun.visit(Names())
+  return frozenset(found)
 
 
 def _is_partial(node) -> bool:
@@ -87,6 +102,7 @@ class PmapRewriter(cst.CSTTransformer):
     self._decorated: list[tuple[str, str]] = []
     self._nested: set[int] = set()
     self.ports: list[Port] = []
+    self._assigned: list[int] = []  # the ports made before each assignment
 
   def _line(self, node) -> int:
     return self.get_metadata(metadata.PositionProvider, node).start.line
@@ -116,16 +132,21 @@ class PmapRewriter(cst.CSTTransformer):
     return named
 
   def _port(self, fun_code: str, named, line) -> str | None:
-    template = self._template(named, line)
-    if template is None:
+    """The port's source, recorded with its layout (`records.Port`)."""
+    written = self._template(named, line)
+    if written is None:
       return None
-    self.ports.append(Port(line, fun_code, template))
+    layout, template = written
+    self.ports.append(Port(line, fun_code, template,
+                           mapped=mapped_names(cst.parse_expression(fun_code)),
+                           **layout))
     return template.replace(FUN, fun_code)
 
-  def _template(self, named, line) -> str | None:
-    """The port's source with `FUN` for the function, or None."""
+  def _template(self, named, line):
+    """`(its layout as `records.Port`'s fields, the jit(shard_map(...))
+    source for pmap(fun, **named) with `FUN` for the function)`, or
+    None."""
     fun_code = FUN
-    """The jit(shard_map(...)) source for pmap(fun, **named), or None."""
     axis = (code_of(named["axis_name"]) if "axis_name" in named
             else '"devices"')
     self.unnamed |= "axis_name" not in named
@@ -154,6 +175,11 @@ class PmapRewriter(cst.CSTTransformer):
               if "donate_argnums" in named else "")
     in_axes, out_axes, in_code, out_code = self._layout(line, in_axes,
                                                         out_axes, axis)
+    layout = {"in_axes": in_axes, "out_axes": out_axes,
+              "in_specs": f"({in_code}, jax.P({axis}))",
+              "out_specs": out_code, "static": static,
+              "devices": (code_of(named["devices"]) if "devices" in named
+                          else None)}
     self.changed += 1
     self.uses_static = self.uses_static or bool(static)
     self.findings.append(Finding(line, Kind.CHANGED, (
@@ -171,13 +197,13 @@ class PmapRewriter(cst.CSTTransformer):
                  if "devices" in named else "")
               + (f", static_argnums={static!r}" if static else "") + ")")
     if not static:
-      return (f"_pmap_call(lambda fun: jax.jit(\n"
+      return layout, (f"_pmap_call(lambda fun: jax.jit(\n"
               f"{pad}_pmap_keywords(jax.shard_map(\n"
               f"{pad}    _pmap_view(fun, in_axes={in_axes!r}, "
               f"out_axes={out_axes!r}),\n{pad}    mesh={mesh},\n"
               f"{specs}{pad}    check_vma=False)){donate}),\n{called}")
     specs = specs.replace(f"{pad}    ", f"{pad}        ")
-    return (f"_pmap_call(lambda fun: jax.jit(\n{pad}_pmap_static(\n"
+    return layout, (f"_pmap_call(lambda fun: jax.jit(\n{pad}_pmap_static(\n"
             f"{pad}    lambda fn: jax.shard_map(\n"
             f"{pad}        _pmap_view(fn, in_axes={in_axes!r}, "
             f"out_axes={out_axes!r}),\n{pad}        mesh={mesh},\n"
@@ -322,11 +348,38 @@ class PmapRewriter(cst.CSTTransformer):
     port = self._port(name, {"fun": cst.Name(name), **ports[0]}, line)
     if port is None:
       return updated
+    if self._module_level(original):
+      self._bound(len(self.ports) - 1, name)
     self._decorated.append((name, port))
     return cst.FlattenSentinel([
         updated.with_changes(decorators=[]),
         cst.parse_statement(f"{name} = {port}\n").with_changes(
             leading_lines=[cst.EmptyLine()])])
+
+  def _module_level(self, node) -> bool:
+    return isinstance(self.get_metadata(metadata.ScopeProvider, node, None),
+                      metadata.GlobalScope)
+
+  def _bound(self, first: int, name: str) -> None:
+    """The ports made since `first`, recorded as bound to `name` (the
+    written module's name for them: `records.Port.name`)."""
+    self.ports[first:] = [dataclasses.replace(p, name=name)
+                          for p in self.ports[first:]]
+
+  def visit_Assign(self, node):
+    self._assigned.append(len(self.ports))
+    return True
+
+  def leave_Assign(self, original, updated):
+    first = self._assigned.pop()
+    # Bound only where the value is the pmap itself (not a dict or a call
+    # holding one): the written module's name is then the step's.
+    if (len(original.targets) == 1 and len(self.ports) == first + 1
+        and isinstance(original.targets[0].target, cst.Name)
+        and self._builds_pmap(original.value)
+        and self._module_level(original)):
+      self._bound(first, original.targets[0].target.value)
+    return updated
 
   def leave_Module(self, original, updated):
     if "*" not in self.axes:
