@@ -136,22 +136,28 @@ def test_every_run_places_its_own_view_after_steps(strategy):
         digest.state_digest(trained.host)), (strategy, run.name)
 
 
-def test_every_program_describes_itself_to_the_engine_alike():
-  """Our strategies and a team's Port each give the engine every name of
-  `protocol.JudgedProgram`, and a Port inherits none of our strategies'
-  description: its truth, batches and judged metrics are its own."""
+def test_every_program_reaches_the_engine_as_one_plan(digits):
+  """Our strategies and a team's Port each reach the engine as a `Plan`,
+  and a Port's inherits none of our strategies' description: its truth,
+  batches and judged metrics are its own."""
+  from compare._src.prove import plan as plan_module  # pylint: disable=g-import-not-at-top
   from compare._src.prove import port as port_module  # pylint: disable=g-import-not-at-top
   from compare._src.prove import port_runs  # pylint: disable=g-import-not-at-top
-  from shardport.strategies import strategy as strategy_module  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import strategy_plan  # pylint: disable=g-import-not-at-top
   from tests import toy_ports  # pylint: disable=g-import-not-at-top
-  programs = [*strategies.STRATEGIES.values()]
+  plans = []
+  for name, strategy in strategies.STRATEGIES.items():
+    config = strategy.make_config({"steps": 2}, digits)
+    plans.append(strategy_plan.plan(strategy, config, digits, 8))
+    assert plans[-1].name == name
   for made in (toy_ports.port(), toy_ports.port(reference_step=None)):
-    programs.append(port_runs.PortStrategy(port_module.check(made)))
-  for program in programs:
-    missing = [n for n in protocol.JUDGED if not hasattr(program, n)]
-    assert not missing, (program.name, missing)
-    assert program.truth in {run.name for run in program.runs}, program.name
-  ported = programs[-2:]
-  assert not any(isinstance(p, strategy_module.Strategy) for p in ported)
+    plans.append(port_runs.plan(port_module.check(made)))
+  for plan in plans:
+    assert isinstance(plan, plan_module.Plan)
+    names = {run.name for run in plan.runs}
+    assert plan.truth in names, plan.name
+    assert set(plan.port_runs) <= names | set(plan.skipped), plan.name
+  ported = plans[-2:]
   assert [p.truth for p in ported] == ["reference", "pmap"]
   assert all(p.judged_metrics == ("train_loss",) for p in ported)
+  assert all(p.test_batch == {} and p.test_size is None for p in ported)

@@ -9,6 +9,7 @@ import pytest
 
 from compare._src import cli
 from compare._src.prove import outcome
+from compare._src.prove import judging
 from shardport import strategies
 from shardport.strategies import tolerances
 
@@ -51,7 +52,7 @@ def test_a_differing_pair_exits_1(tmp_path, monkeypatch):
   monkeypatch.setattr(strategy, "tolerances", {
       "first_step": tolerances.Tolerance(0.0, 0.0),
       "final": tolerances.Tolerance(0.0, 0.0)})
-  monkeypatch.setattr(strategy, "lockstep_multiple", 0.0)
+  monkeypatch.setattr(judging, "LOCKSTEP_MULTIPLE", 0.0)
   path = tmp_path / "out.json"
   # The CNN: the linear regression's sums are too short to round apart.
   assert cli.main(SMALL_CNN + ["--json", str(path)]) == 1

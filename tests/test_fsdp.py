@@ -12,6 +12,7 @@ import pytest
 
 from compare._src import cli
 from compare._src.measure import hlo
+from compare._src.measure import state_bytes
 from shardport.strategies import fsdp as strategy_module
 from sharded import data_parallel as port_dp
 from tests import helpers
@@ -67,13 +68,13 @@ def test_the_wrong_shard_control_is_caught(digits):
 def test_state_per_device_is_within_one_nth_plus_ten_percent(name):
   module = RUNS[name].module
   state = module.create_state(0, CONFIG, module.make_placement(8))
-  per = strategy_module.state_bytes_per_device(state)
+  per = state_bytes.state_bytes_per_device(state)
   assert len(per) == 8
   # The whole state, counted from its shapes (independent of any sharding).
   shapes = jax.eval_shape(lambda: registry.init_state(0, CONFIG))
   full = sum(x.size * x.dtype.itemsize
              for x in jax.tree.leaves((shapes.params, shapes.opt_state)))
-  dp = strategy_module.state_bytes_per_device(
+  dp = state_bytes.state_bytes_per_device(
       port_dp.create_state(0, CONFIG, port_dp.make_placement(8)))
   assert max(dp.values()) == full
   assert max(per.values()) <= (1 / 8 + strategy_module.MEMORY_TARGET) * full

@@ -24,6 +24,7 @@ from jax.sharding import PartitionSpec as P
 
 from bench import measure as measuring
 from compare._src.measure import hlo
+from compare._src.prove import judging
 from compare._src import show_diff
 from docs import build_guide as guide
 from docs.guide import DOCUMENTS
@@ -190,18 +191,16 @@ def test_tolerance_table_and_programs_come_from_the_registry(copy):
     program = "tiny"
     tolerances = {"first_step": type("T", (), {"rtol": 2e-5, "atol": 3e-5,
                                                "reason": "measured tiny"})()}
-    calibration_multiple = 4.0
-    calibration_reason = "tiny calibration"
-    lockstep_multiple = 7.0
-    lockstep_reason = "tiny lockstep"
 
   registry = {**tables.strategies(), "tiny": Tiny()}
   table = guide.tolerance_table(registry)
   assert "| tiny | first step | 2e-05 | 3e-05 | measured tiny |" in table
-  assert "4× the calibration runs' spread" in table
-  assert "| tiny | lockstep, every step | - | 7× the one-step band" in table
+  # The engine's judging, once for every program, from its own constants.
+  assert (f"| every program | lockstep, every step | - | "
+          f"{judging.LOCKSTEP_MULTIPLE:g}× the one-step band") in table
+  assert f"{judging.CALIBRATION_MULTIPLE:g}× the calibration runs'" in table
   names = [line.split(" | ")[0][2:] for line in table.splitlines()[2:]]
-  assert list(dict.fromkeys(names)) == list(registry)  # the registry's order
+  assert list(dict.fromkeys(names)) == [*registry, "every program"]
   programs = guide._programs(copy, registry)  # pylint: disable=protected-access
   assert "--show-diff tiny" in programs
   order = [programs.index(f'id="program-{name}"') for name in

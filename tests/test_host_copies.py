@@ -83,15 +83,21 @@ def test_a_planted_port_run_is_read_as_the_unplanted_one_is():
   from compare._src.prove import port_runs  # pylint: disable=g-import-not-at-top
   from tests import toy_ports  # pylint: disable=g-import-not-at-top
   port = toy_ports.port(steps=4, evaluate=lambda s: {"w0": 0.0})
-  strategy = port_runs.PortStrategy(port_module.check(port))
-  run = next(r.module for r in strategy.runs if r.name == "port")
-  state = run.create_state(0, strategy.config, run.make_placement(8))
-  names = [c.name for c in strategy.negative_controls]
+  from compare._src.prove import plan as plan_module  # pylint: disable=g-import-not-at-top
+  from shardport.strategies import negative_controls  # pylint: disable=g-import-not-at-top
+  checked = port_module.check(port)
+  plan = port_runs.plan(checked)
+  run = plan.run("port").module
+  state = run.create_state(0, port_runs.config_of(checked),
+                           run.make_placement(8))
+  names = [c.name for c in plan.negative_controls]
   assert "evaluation-1pct" in names
   for name in names:
-    control = strategy.control(name if name == "evaluation-1pct"
-                               else f"{name}:2")
-    planted = control.plant(run, "port")
+    control = negative_controls.chosen(
+        plan.negative_controls,
+        name if name == "evaluation-1pct" else f"{name}:2", plan.name)
+    planted = plan_module.planted(plan, control).run("port").module
+    assert plan.run("port").module is run  # the unplanted plan unchanged
     assert planted.host_view.__func__ is run.host_view.__func__, name
     leaves = jax.tree.leaves(host_copies.of(planted, state))
     assert leaves and all(isinstance(x, host_copies.DeviceLeaf)

@@ -70,11 +70,10 @@ def test_every_compile_of_a_proof_runs_inside_the_context(monkeypatch):
                                        "matmul_precision_note": "NOTE"}))
   monkeypatch.setattr(outcome, "compare", fake_compare)
   monkeypatch.setattr(report_module, "throughput_ratio", lambda full: None)
-  strategy = types.SimpleNamespace(name="toy", loss_convention="mean",
-                                   report_fields=lambda config: {})
+  plan = types.SimpleNamespace(name="toy", control=None)
   config = types.SimpleNamespace(workload="w", dataset="d", steps=2,
                                  global_batch=8, learning_rate=0.1, seed=0)
-  result = proof.prove_strategy(strategy, config, None, 8)
+  result = proof.prove_plan(plan, config, 8)
   assert seen == ["highest"]
-  assert result.report["matmul_precision_note"] == "NOTE"
+  assert result["matmul_precision_note"] == "NOTE"
   assert jax.config.jax_default_matmul_precision is None

@@ -9,6 +9,7 @@ import pytest
 
 from compare._src.prove import leaf_bands
 from compare._src.prove import lockstep
+from compare._src.prove import placement
 
 
 # leaf_bands: a leaf's band and a step's score (bench/mutation/triage.toml).
@@ -96,8 +97,8 @@ def test_two_programs_may_part_at_one_checked_step_or_5_percent():
 
 
 def test_a_runs_skeleton_keeps_small_leaves_whole_and_large_ones_shaped():
-  small = jax.numpy.arange(lockstep.SKELETON_MAX_SIZE, dtype=np.float32)
-  large = jax.numpy.zeros(lockstep.SKELETON_MAX_SIZE + 1, np.float32)
+  small = jax.numpy.arange(placement.SKELETON_MAX_SIZE, dtype=np.float32)
+  large = jax.numpy.zeros(placement.SKELETON_MAX_SIZE + 1, np.float32)
   kept = lockstep.skeleton({"small": small, "large": large, "n": 3})
   assert isinstance(kept["small"], jax.Array) and kept["small"] is not small
   np.testing.assert_array_equal(kept["small"], small)

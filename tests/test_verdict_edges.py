@@ -17,7 +17,7 @@ from shardport.strategies import tolerances
 # test_f1 first: a metric the runs do not report is skipped, not the rest.
 STRATEGY = types.SimpleNamespace(
     tolerances={"final": tolerances.Tolerance(0.0, 0.0)},
-    calibration_multiple=3.0, truth="reference",
+    truth="reference",
     judged_metrics=("test_f1", "test_loss", "test_accuracy"))
 
 
@@ -133,7 +133,7 @@ def _checks(pairs, port_runs=("jit",), **more):
 
 
 def test_a_ratio_of_exactly_the_multiple_is_within_the_band():
-  result = verdicts.lockstep(None, _checks({"pmap~reference": [10.0, 1.0]},
+  result = verdicts.lockstep(_checks({"pmap~reference": [10.0, 1.0]},
                                            port_runs=()))[0]
   assert result["verdict"] == "close" and result["first_fail_step"] is None
   assert result["flip_steps"] == []  # not over the band, so no flip
@@ -142,16 +142,16 @@ def test_a_ratio_of_exactly_the_multiple_is_within_the_band():
 def test_a_port_run_witnessed_at_exactly_the_multiple_is_excused():
   checks = _checks({"jit~reference": [1.0] * 19 + [90.0]},
                    witness_ratios={"jit": [0.0] * 19 + [10.0]})
-  assert verdicts.lockstep(None, checks)[0]["flip_steps"] == [20]
+  assert verdicts.lockstep(checks)[0]["flip_steps"] == [20]
   # Nudged retakes alone (no pmap run to witness) excuse it too.
   checks = _checks({"jit~reference": [1.0] * 19 + [90.0]},
                    nudged_ratios={"jit": [None] * 19 + [1.0]})
-  assert verdicts.lockstep(None, checks)[0]["flip_steps"] == [20]
+  assert verdicts.lockstep(checks)[0]["flip_steps"] == [20]
 
 
 def test_an_unwitnessed_port_run_on_the_pairs_right_is_never_excused():
   checks = _checks({"reference~jit": [1.0] * 19 + [90.0]})
-  result = verdicts.lockstep(None, checks)[0]
+  result = verdicts.lockstep(checks)[0]
   assert result["verdict"] == "differ" and result["flip_steps"] == []
 
 
@@ -161,7 +161,7 @@ def test_the_step_metrics_entry_holds_each_largest_gap_and_the_first_fail():
   checks["pairs"]["pmap~reference"]["metric_gaps"] = [
       {"loss": [1e-4, 1.0], "lr": [0.0, 1e-3]},
       {"loss": [5e-4, 1.0]}, {"loss": [2e-3, 1.0], "lr": [0.0, 1e-3]}]
-  result = verdicts.lockstep(None, checks)[0]
+  result = verdicts.lockstep(checks)[0]
   # Loss's allowed gap is 10x its own band (1e-3), not METRIC_RTOL.
   assert result["metric_max_gap"] == {"loss": pytest.approx(2e-3),
                                       "lr": 0.0}
@@ -171,7 +171,7 @@ def test_the_step_metrics_entry_holds_each_largest_gap_and_the_first_fail():
   at_edge = _checks({"pmap~reference": [0.0]}, port_runs=())
   at_edge["pairs"]["pmap~reference"]["metric_gaps"] = [
       {"loss": [verdicts.METRIC_RTOL, 1.0]}]
-  assert verdicts.lockstep(None, at_edge)[0]["metric_fail"] is None
+  assert verdicts.lockstep(at_edge)[0]["metric_fail"] is None
 
 
 def test_the_lockstep_entry_in_full():
@@ -180,7 +180,7 @@ def test_the_lockstep_entry_in_full():
                    judged_leaves=["w"], leaves=["w", "b"],
                    unjudged_leaves={"b": 0.5})
   checks["pairs"]["pmap~reference"]["stopped_bitwise_at"] = 4
-  result = verdicts.lockstep(None, checks)[0]
+  result = verdicts.lockstep(checks)[0]
   assert result == {
       "a": "pmap", "b": "reference", "at": "lockstep", "verdict": "differ",
       "max_error": pytest.approx(40e-5), "max_ratio": 40.0,
@@ -190,7 +190,7 @@ def test_the_lockstep_entry_in_full():
       "metric_fail": None, "allowed_ratio": 10.0, "judged_leaves": ["w"],
       "leaves": ["w", "b"], "unjudged_leaves": {"b": 0.5},
       "stopped_bitwise_at": 4}
-  bare = verdicts.lockstep(None, _checks({"pmap~reference": [0.5]},
+  bare = verdicts.lockstep(_checks({"pmap~reference": [0.5]},
                                          port_runs=()))[0]
   assert (bare["judged_leaves"], bare["leaves"], bare["unjudged_leaves"]) == (
       None, None, {})
@@ -200,7 +200,7 @@ def test_the_lockstep_entry_in_full():
 def test_a_step_no_run_took_is_no_error_and_no_ratio():
   # A step a pair did not take (None) is NaN to the verdict: never over.
   checks = _checks({"pmap~reference": [2.0, None, 40.0]}, port_runs=("pmap",))
-  result = verdicts.lockstep(None, checks)[0]
+  result = verdicts.lockstep(checks)[0]
   assert result["verdict"] == "differ" and result["first_fail_step"] == 3
 
 
@@ -208,5 +208,5 @@ def test_each_metrics_largest_gap_is_over_every_step_not_the_last():
   checks = _checks({"pmap~reference": [0.0, 0.0]}, port_runs=())
   checks["pairs"]["pmap~reference"]["metric_gaps"] = [
       {"loss": [5e-5, 1.0]}, {"loss": [1e-5, 1.0]}]
-  result = verdicts.lockstep(None, checks)[0]
+  result = verdicts.lockstep(checks)[0]
   assert result["metric_max_gap"] == {"loss": pytest.approx(5e-5)}

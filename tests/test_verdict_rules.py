@@ -43,8 +43,7 @@ def _checks(errors, band=1e-5, multiple=10.0):
 ])
 def test_lockstep_verdict_names_the_first_step_over_the_band(errors, verdict,
                                                              first):
-  strategy = strategies.get("data_parallel")
-  result = verdicts.lockstep(strategy, _checks(errors))[0]
+  result = verdicts.lockstep(_checks(errors))[0]
   assert result["verdict"] == verdict
   assert result["first_fail_step"] == first
   failure = verdicts.first_failure([result])
@@ -54,8 +53,7 @@ def test_lockstep_verdict_names_the_first_step_over_the_band(errors, verdict,
 
 
 def test_no_lockstep_verdict_without_checks():
-  strategy = strategies.get("data_parallel")
-  assert verdicts.lockstep(strategy, _checks([])) == []
+  assert verdicts.lockstep(_checks([])) == []
 
 
 @pytest.mark.parametrize("per_step, band, left_out", [
@@ -84,9 +82,9 @@ def test_a_one_percent_mistake_at_a_calibration_flips_step_fails_there():
   per_step = [1e-5] * 27 + [6.6e-3, 2e-5, 2.4e-4]
   errors = [1e-5] * 27 + [1.005e-2, 2e-5, 2.4e-4]
   band, _ = lockstep.band_of(per_step)
-  result = verdicts.lockstep(None, _checks(errors, band=band))[0]
+  result = verdicts.lockstep(_checks(errors, band=band))[0]
   assert result["first_fail_step"] == 28
-  lenient = verdicts.lockstep(None, _checks(errors, band=max(per_step)))[0]
+  lenient = verdicts.lockstep(_checks(errors, band=max(per_step)))[0]
   assert lenient["first_fail_step"] is None  # what the old band let pass
 
 
@@ -113,7 +111,7 @@ def test_a_flip_between_two_programs_is_excused_where_the_ports_took_pmaps_step(
       {"pmap~shard_map": [0.0] * 10, "pmap~reference": FLIP,
        "shard_map~reference": FLIP, "jit~reference": FLIP},
       {"shard_map": [0.0] * 10, "jit": [2e-5] * 10})
-  results = _by_pair(verdicts.lockstep(None, checks))
+  results = _by_pair(verdicts.lockstep(checks))
   for name in ("pmap~reference", "shard_map~reference", "jit~reference"):
     assert results[name]["verdict"] == "close", results[name]
     assert results[name]["flip_steps"] == [10]
@@ -131,7 +129,7 @@ def test_a_port_that_left_pmaps_step_is_never_excused(late):
   checks = _witnessed_checks({"pmap~reference": [1e-5] * 10,
                               "jit~reference": errors},
                              {"shard_map": [0.0] * 10, "jit": jit})
-  results = _by_pair(verdicts.lockstep(None, checks))
+  results = _by_pair(verdicts.lockstep(checks))
   assert results["jit~reference"]["verdict"] == "differ"
   assert results["jit~reference"]["first_fail_step"] == late
   assert results["jit~reference"]["flip_steps"] == []
@@ -140,7 +138,7 @@ def test_a_port_that_left_pmaps_step_is_never_excused(late):
 def test_a_port_with_no_witness_running_is_judged_strictly():
   checks = _witnessed_checks({"shard_map~reference": FLIP}, {})
   checks["witness"] = None
-  result = verdicts.lockstep(None, checks)[0]
+  result = verdicts.lockstep(checks)[0]
   assert result["verdict"] == "differ" and result["first_fail_step"] == 10
 
 
@@ -150,7 +148,7 @@ def test_more_flips_than_the_limit_fail_at_the_first():
   errors = [1e-5] * 7 + [9e-4] * 3
   checks = _witnessed_checks({"pmap~reference": errors},
                              {"shard_map": [0.0] * 10})
-  result = verdicts.lockstep(None, checks)[0]
+  result = verdicts.lockstep(checks)[0]
   assert result["verdict"] == "differ" and result["first_fail_step"] == 8
 
 
@@ -161,7 +159,7 @@ def test_a_flip_before_a_real_mistake_names_the_mistakes_step():
   jit[7] = 1e-2
   checks = _witnessed_checks({"jit~reference": errors},
                              {"jit": jit, "shard_map": [0.0] * 10})
-  result = verdicts.lockstep(None, checks)[0]
+  result = verdicts.lockstep(checks)[0]
   assert result["first_fail_step"] == 8 and result["flip_steps"] == [3]
 
 
@@ -173,13 +171,13 @@ def test_a_flip_no_witness_shares_is_excused_where_a_nudged_retake_matched():
   checks = _witnessed_checks({"jit~reference": FLIP},
                              {"jit": [2e-5] * 9 + [9e-4]})
   checks["nudged_ratios"] = {"jit": _in_bands(nudged, 1e-5)}
-  result = verdicts.lockstep(None, checks)[0]
+  result = verdicts.lockstep(checks)[0]
   assert result["verdict"] == "close" and result["flip_steps"] == [10]
   # Negative controls: the retakes kept the step apart (a mistake stays in
   # every retake), or no retake was taken: it fails at its step.
   for kept in ([None] * 9 + [8e-4], [None] * 10):
     checks["nudged_ratios"] = {"jit": _in_bands(kept, 1e-5)}
-    result = verdicts.lockstep(None, checks)[0]
+    result = verdicts.lockstep(checks)[0]
     assert result["verdict"] == "differ" and result["first_fail_step"] == 10
 
 
@@ -188,7 +186,7 @@ def test_nudged_retakes_excuse_no_more_flips_than_the_limit():
   checks = _witnessed_checks({"jit~reference": errors}, {})
   checks["witness"] = None
   checks["nudged_ratios"] = {"jit": _in_bands([None] * 7 + [1e-6] * 3, 1e-5)}
-  result = verdicts.lockstep(None, checks)[0]
+  result = verdicts.lockstep(checks)[0]
   assert result["verdict"] == "differ" and result["first_fail_step"] == 8
 
 
@@ -199,7 +197,7 @@ def test_a_step_metric_is_judged_relative_and_an_accuracy_by_one_example():
     checks["batch_rows"] = 128
     gaps = [{}] * 9 + [equivalence.metric_gaps({key: a}, {key: b})]
     checks["pairs"]["pmap~shard_map"]["metric_gaps"] = gaps
-    result = verdicts.lockstep(None, checks)[0]
+    result = verdicts.lockstep(checks)[0]
     return result["verdict"] == "differ" and (
         result["metric_fail"]["step"] == 10)
   assert not fails("loss", 2.0 * (1 + 5e-6), 2.0)
@@ -307,20 +305,20 @@ def test_a_noisy_leaf_loosens_only_itself():
   checks, judged = _leaf_checks(plant, CALIBRATION)
   assert judged["unjudged"] == {NOISY: 1.2}
   assert judged["bands"] == {KERNEL: pytest.approx(3e-6)}
-  result = verdicts.lockstep(None, checks)[0]
+  result = verdicts.lockstep(checks)[0]
   assert result["verdict"] == "differ" and result["first_fail_step"] == 2
   assert result["first_fail_leaf"] == KERNEL
   # Negative control: one band over the whole state (the noisy leaf's, 1.2)
   # lets the same plant through, as it did before.
   whole = _checks([max(e.values()) for e in plant], band=1.2)
-  assert verdicts.lockstep(None, whole)[0]["verdict"] == "close"
+  assert verdicts.lockstep(whole)[0]["verdict"] == "close"
 
 
 def test_rounding_in_every_leaf_passes_and_the_noisy_leaf_is_not_judged():
   correct = [{NOISY: 1.3, KERNEL: 2.5e-6}, {NOISY: 5.0, KERNEL: 2.9e-5},
              {NOISY: 0.7}]
   checks, _ = _leaf_checks(correct, CALIBRATION)
-  assert verdicts.lockstep(None, checks)[0]["verdict"] == "close"
+  assert verdicts.lockstep(checks)[0]["verdict"] == "close"
 
 
 def test_a_leaf_no_calibration_moved_is_judged_against_its_siblings_share():

@@ -99,6 +99,7 @@ def _cost() -> dict:
     raise RuntimeError(f"the cost group needs 8 devices, jax has "
                        f"{jax.device_count()}: run it with --only cost")
   from compare._src.prove import outcome  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import strategy_plan  # pylint: disable=g-import-not-at-top
   from shardport import strategies  # pylint: disable=g-import-not-at-top
   from shardport.workloads import datasets  # pylint: disable=g-import-not-at-top
   data = datasets.load("digits")
@@ -106,15 +107,16 @@ def _cost() -> dict:
   for name in STRATEGIES:
     strategy = strategies.get(name)
     config = strategy.make_config({}, data)
+    plan = strategy_plan.plan(strategy, config, data, 8)
     walls = {"with_checks_s": [], "without_checks_s": []}
     # Warm-up, not timed: the process's first compiles of this strategy.
-    outcome.compare(strategy, config, data, 8, windows=DEFAULT_WINDOWS,
-                   check_every=None)
+    outcome.compare(plan, config, 8, windows=DEFAULT_WINDOWS,
+                    check_every=None)
     for _ in range(2):
       for key, every in (("with_checks_s", 1), ("without_checks_s", None)):
         start = time.perf_counter()
-        report = outcome.compare(strategy, config, data, 8,
-                                windows=DEFAULT_WINDOWS, check_every=every)
+        report = outcome.compare(plan, config, 8, windows=DEFAULT_WINDOWS,
+                                 check_every=every)
         walls[key].append(time.perf_counter() - start)
         if every:
           walls.setdefault("checks_s", []).append(

@@ -176,25 +176,31 @@ def _prepare(args):
   """Everything that can be wrong with the input, checked before compiling.
 
   Returns:
-    `(strategy, config, data, n_devices, control)`.
+    `(plans, config, n_devices, control)`: the strategy planned for each
+    device count (`--sweep-devices`' counts, else the per-process devices).
   """
+  from compare._src.prove import strategy_plan  # pylint: disable=g-import-not-at-top
   from shardport.training import inputs  # pylint: disable=g-import-not-at-top
+  from shardport.training.metrics import global_devices  # pylint: disable=g-import-not-at-top
   strategy = strategies.get(args.strategy)
   try:
     counts = sweep.parse(args.sweep_devices) if args.sweep_devices else ()
     checked = inputs.prepare(strategy, args, counts)
+    config = checked.config
     control = (strategy.control(args.negative_control)
                if args.negative_control else None)
-    if control and control.step and control.step > checked.config.steps:
+    if control and control.step and control.step > config.steps:
       raise UsageError(f"--negative-control {control.name}: step "
                        f"{control.step} is past the last step "
-                       f"({checked.config.steps})")
+                       f"({config.steps})")
+    plans = {n: strategy_plan.plan(strategy, config, checked.data,
+                                   global_devices(n))
+             for n in counts or (checked.n_devices,)}
     if args.switch_at is not None:
-      switch.check(strategy, checked.config, checked.n_devices,
-                   args.switch_at)
+      switch.check(plans[checked.n_devices], config, args.switch_at)
   except ValueError as err:  # every input error of the strategy's options
     raise UsageError(str(err)) from None
-  return strategy, checked.config, checked.data, checked.n_devices, control
+  return plans, config, checked.n_devices, control
 
 
 def _run_program(args):
@@ -222,27 +228,29 @@ def _run_program(args):
     raise UsageError(str(err)) from None
   distributed.barrier("report")
   if distributed.is_main_process():
-    _show(args, result.strategy, result.report)
+    _show(args, result)
   return result.exit_code
 
 
 def _run(args):
+  from compare._src import strategy_reports  # pylint: disable=g-import-not-at-top
+  from compare._src.prove import plan as plan_module  # pylint: disable=g-import-not-at-top
   from compare._src.prove import proof  # pylint: disable=g-import-not-at-top
 
   progress.phase("loading the data and checking the options")
-  strategy, config, data, n_devices, control = _prepare(args)
+  plans, config, n_devices, control = _prepare(args)
+  extra = strategy_reports.of(args.strategy)
   if args.sweep_devices:
-    counts = sweep.parse(args.sweep_devices)
-    result = sweep.run(strategy, config, data, counts, args.windows, control)
-    full = {**proof.describe(strategy, config, max(counts), control),
-            **strategy.report_fields(config), **result}
+    result = sweep.run({n: plan_module.planted(plan, control)
+                        for n, plan in plans.items()}, config, args.windows)
+    full = {**proof.describe(plans[max(plans)], config, max(plans), control),
+            **extra.fields(config), **result}
   else:
-    full = proof.prove_strategy(strategy, config, data, n_devices,
-                                windows=args.windows,
-                                progress=sys.stderr.isatty(),
-                                control=control,
-                                check_every=args.check_every,
-                                switch_at=args.switch_at).report
+    full = strategy_reports.with_additions(
+        args.strategy, config, proof.prove_plan(
+            plans[n_devices], config, n_devices, windows=args.windows,
+            progress=sys.stderr.isatty(), control=control,
+            check_every=args.check_every, switch_at=args.switch_at))
   if full["pmap_runtime_warning"]:
     print(f"compare: warning: {full['pmap_runtime_warning']}",
           file=sys.stderr)
@@ -250,13 +258,15 @@ def _run(args):
   # every process got this far (a process lost before leaves no JSON).
   distributed.barrier("report")
   if distributed.is_main_process():
-    _show(args, strategy, full)
+    _show(args, proof.Proof(full, tuple(extra.lines(full)),
+                            extra.plot_members))
   return {"pass": EXIT_PASS, "fail": EXIT_DIFFER}.get(full["verdict"],
                                                        EXIT_DIVERGED)
 
 
-def _show(args, strategy, full):
-  """Prints the report and writes its plot and JSON."""
+def _show(args, result):
+  """Prints the report (`result`, a `Proof`) and writes its plot and JSON."""
+  full = result.report
   progress.release()
   progress.phase("done: the report follows")
   if args.sweep_devices:
@@ -264,16 +274,15 @@ def _show(args, strategy, full):
                      *sweep.table(full),
                      f"verdict: {full['verdict']}"]))
   else:
-    print(report.table(full, strategy.report_lines(full)))
+    print(result.table())
   # The JSON first: what was measured is kept whatever the plot does.
   if args.json:
     files.write_json(full, args.json)
   if args.plot:
-    from compare._src.prove import proof  # pylint: disable=g-import-not-at-top
     if args.sweep_devices:
       sweep.plot(full, args.plot)
     else:
-      proof.Proof(full, strategy).plot(args.plot)
+      result.plot(args.plot)
 
 
 def _launch(args, argv):

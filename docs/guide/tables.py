@@ -13,6 +13,8 @@
 import html
 import json
 
+from compare._src import strategy_reports
+from compare._src.prove import judging
 from compare._src.prove import report as compare_report
 from compare._src.prove import verdicts
 from docs.guide import MEASURED
@@ -46,28 +48,24 @@ def markdown_table(head, rows, align=None):
 
 
 def tolerance_table(registry=None):
-  """Each strategy's tolerances, as compare applies them, with the reasons."""
+  """Each strategy's tolerances, then the engine's judging of every program
+  (`compare._src.prove.judging`), with the reasons."""
   registry = strategies() if registry is None else registry
   rows = []
   for name, strategy in registry.items():
     for at, tol in getattr(strategy, "tolerances", {}).items():
       rows.append([name, at.replace("_", " "), f"{tol.rtol:g}",
                    f"{tol.atol:g}", getattr(tol, "reason", "")])
-    lockstep = getattr(strategy, "lockstep_multiple", None)
-    if lockstep is not None:
-      rows.append([name, "lockstep, every step", "-", f"{lockstep:g}× the "
-                   "one-step band (of the update)",
-                   getattr(strategy, "lockstep_reason", "")])
-    shared = getattr(strategy, "shared_eval_reason", None)
-    if shared is not None:
-      rows.append([name, "end: one state evaluated by each run",
-                   f"{verdicts.SHARED_EVAL_RTOL:g}",
-                   "- (accuracy: one test example)", shared])
-    multiple = getattr(strategy, "calibration_multiple", None)
-    if multiple is not None:
-      rows.append([name, "free-running test metrics (shown)", "-",
-                   f"{multiple:g}× the calibration runs' spread",
-                   getattr(strategy, "calibration_reason", "")])
+  every = "every program"
+  rows += [
+      [every, "lockstep, every step", "-", f"{judging.LOCKSTEP_MULTIPLE:g}× "
+       "the one-step band (of the update)", judging.LOCKSTEP_REASON],
+      [every, "end: one state evaluated by each run",
+       f"{verdicts.SHARED_EVAL_RTOL:g}", "- (accuracy: one test example)",
+       judging.SHARED_EVAL_REASON],
+      [every, "free-running test metrics (shown)", "-",
+       f"{judging.CALIBRATION_MULTIPLE:g}× the calibration runs' spread",
+       judging.CALIBRATION_REASON]]
   return markdown_table(["strategy", "check", "rtol", "atol (× max|leaf|)",
                          "why"], rows, ["l", "l", "r", "r", "l"])
 
@@ -148,7 +146,7 @@ def report_block(name, report):
 def _strategy_lines(name, report):
   """What only this strategy prints (fsdp's memory and collective bytes)."""
   try:
-    return strategies()[name].report_lines(report)
+    return strategy_reports.of(name).lines(report)
   except (KeyError, TypeError, ValueError):
     return []
 

@@ -53,7 +53,6 @@ class EnsembleData(Ensemble):
   # either member (93.5%), measured with the reference.
   defaults = {"epochs": 7}
 
-  loss_convention = Ensemble.loss_convention
   runs = (RunSpec("pmap", "legacy_pmap.ensemble_data", "pmap"),
           RunSpec("shard_map", "sharded.ensemble_data", "shard_map"),
           RunSpec("jit", "sharded.ensemble_data", "jit_member_conv"),
@@ -129,16 +128,6 @@ class EnsembleData(Ensemble):
     return "; ".join(dict.fromkeys(
         run.module.why_unavailable() for run in self.runs
         if run.module.why_unavailable() is not None))
-
-  def report_fields(self, config):
-    return {"members": config.members, "epochs": config.epochs}
-
-  def report_lines(self, report):
-    """The mesh, then the ensemble's test accuracy beside its members'."""
-    members = report["members"]
-    return [f"mesh: {members} members x {report['devices'] // members} data "
-            "devices, each member's batch split over its row",
-            *Ensemble.report_lines(self, report)]
 
 
 STRATEGY = EnsembleData()

@@ -20,14 +20,12 @@ all-reduce (`compare._src.measure.hlo`, in each run's entry); and examples/s aga
 data_parallel run, window by window.
 """
 
-import math
 import sys
 
 import jax
 from jax import lax
 
 from shardport.strategies import negative_controls as controls
-from shardport.strategies import throughput
 from shardport.strategies.data_parallel import DataParallel
 from shardport.strategies.data_parallel import FINAL
 from shardport.strategies.data_parallel import Reference
@@ -125,19 +123,6 @@ def wrong_shard(module, run):
   return controls._with(module, make_train_step=make_train_step)  # pylint: disable=protected-access
 
 
-def state_bytes_per_device(state) -> dict:
-  """Bytes of params + optimiser state on each of this process's devices.
-
-  Read from each leaf's sharding (the shard shape it puts on each device),
-  so a state whose buffers were donated to a later step still answers.
-  """
-  per = {}
-  for leaf in jax.tree.leaves((state.params, state.opt_state)):
-    shard = math.prod(leaf.sharding.shard_shape(leaf.shape))
-    for device in leaf.sharding.addressable_devices:
-      per[device.id] = per.get(device.id, 0) + shard * leaf.dtype.itemsize
-  return per
-
 
 class Fsdp(DataParallel):
   """Data parallelism with params and optimiser state sharded over `data`:
@@ -177,54 +162,6 @@ class Fsdp(DataParallel):
                       controls.learning_rate_1pct),
       *controls.late_controls(),
   )
-
-  def run_fields(self, config, name, state):
-    """Bytes of params + optimiser state on the fullest of this process's
-    devices, in the run's final state."""
-    del config
-    if name == "reference":
-      return {}
-    return {"state_bytes_per_device": max(
-        state_bytes_per_device(state).values())}
-
-  def report_lines(self, report):
-    runs, n = report["runs"], report["devices"]
-    base = runs.get(BASELINE, {})
-    full = base.get("state_bytes_per_device")
-    lines = [_collectives_line(BASELINE, base)] if base else []
-    for name, run in runs.items():
-      mine = run.get("state_bytes_per_device")
-      if not mine or not full or name in (BASELINE, "reference"):
-        continue
-      ratio = mine / full
-      ok = ratio <= 1 / n + MEMORY_TARGET
-      lines.append(
-          f"{name:<13} params+opt state per device {mine} B = {ratio:.3f}x "
-          f"{BASELINE}'s {full} B (target <= 1/{n} + {MEMORY_TARGET:g} = "
-          f"{1 / n + MEMORY_TARGET:.3f}: {'met' if ok else 'NOT met'})")
-      lines.append(_collectives_line(name, run))
-      speed = throughput.throughput_ratio(
-          {**report, "throughput_pair": (BASELINE, name)})
-      if speed:
-        lines.append(
-            f"{'':<13} examples/s over {BASELINE}'s, window by window: "
-            f"median {speed['median']:.3f}, quartiles "
-            f"{speed['quartiles'][0]:.3f}-{speed['quartiles'][1]:.3f}")
-    return lines
-
-
-def _collectives_line(name, run):
-  """What one step of `run` all-gathers, reduce-scatters and all-reduces,
-  and any other collective the compiler chose."""
-  counts = run.get("collectives_per_step") or {}
-  sizes = run.get("collective_bytes_per_step") or {}
-  shown = ("all-gather", "reduce-scatter", "all-reduce")
-  shown += tuple(op for op in sizes if op not in shown and sizes[op])
-  parts = [f"{op} {counts.get(op, 0)} x = {sizes.get(op, 0) / 1024:.1f} KiB"
-           for op in shown]
-  total = sum(sizes.values()) / 1024
-  return (f"{name:<13} per step: {', '.join(parts)} (unsharded sizes; "
-          f"{total:.1f} KiB in all)")
 
 
 STRATEGY = Fsdp()

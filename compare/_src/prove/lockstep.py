@@ -27,21 +27,15 @@ import itertools
 import time
 
 import jax
-import numpy as np
 
 from compare._src.prove import equivalence
 from compare._src.prove import host_copies
 from compare._src.prove import leaf_bands
-# The band's rules are the lockstep's names too (tests and the report).
 from compare._src.prove.leaf_bands import BAND_FLOOR
 from compare._src.prove.leaf_bands import band_of
-from compare._src.prove.leaf_bands import CALIBRATION_FLIP  # pylint: disable=unused-import
-from compare._src.prove.leaf_bands import CALIBRATION_FLIP_LEVEL  # pylint: disable=unused-import
-from compare._src.prove.leaf_bands import FLIP_SHARE  # pylint: disable=unused-import
 from compare._src.prove.leaf_bands import flip_limit
 from compare._src.prove.leaf_bands import nudged_limit
 # `place` and `skeleton` are the lockstep's (tests patch them here).
-from compare._src.prove.placement import SKELETON_MAX_SIZE  # pylint: disable=unused-import
 from compare._src.prove.placement import place
 from compare._src.prove.placement import skeleton
 from shardport.strategies import perturbations

@@ -3,9 +3,9 @@
 `compare.prove` describes a team's `Port` the way every program describes
 itself to the engine (`shardport.strategies.protocol`): a module per run
 with the `StrategyModule` API, in the Port's own view of its state
-(pmap's, the port's and the optional one-device reference's), and a
-`PortStrategy` (a `JudgedProgram`) with its pairs, tolerances, calibration
-and controls. Nothing of our strategies' own description applies to it.
+(pmap's, the port's and the optional one-device reference's), and its
+`Plan` (`plan`): its pairs, tolerances, calibration and controls. Nothing
+of our strategies' own description applies to it.
 """
 
 import dataclasses
@@ -20,8 +20,8 @@ from shardport.strategies import negative_controls as controls
 from shardport.strategies import perturbations
 from compare._src.prove import port_steps
 from shardport.strategies.reference import OneDevice
-from shardport.strategies.strategy import RunSpec
-from shardport.strategies import strategy as our_strategies
+from compare._src.prove.plan import Plan
+from compare._src.prove.plan import PlannedRun
 from shardport.strategies.tolerances import Tolerance
 from legacy_pmap import devices as pmap_devices
 from sharded import devices as mesh_devices
@@ -219,137 +219,71 @@ class ReferenceRun(MeshRun):
     return self._port.evaluate
 
 
-class PortStrategy:
-  """A team's `Port` as the engine runs and judges a program
-  (`shardport.strategies.protocol.JudgedProgram`), by the same rules as our
-  strategies but with none of their assumptions: every attribute is the
-  Port's own (not a `Strategy`: no canonical view, data set, test set or
-  truth of ours applies to a team's program)."""
+# Where the Port evaluates: a mistake the end-of-run check must catch.
+EVALUATION_CONTROL = controls.NegativeControl(
+    "evaluation-1pct", "every metric of the port's evaluation x 1.01 (a "
+    "mean over the wrong count)", controls.evaluation_1pct_all)
 
-  program = "port"
-  witness = "pmap"
-  throughput_pair = ("pmap", "port")
-  negative_controls = controls.late_controls()
-  # Where the Port evaluates: a mistake the end-of-run check must catch.
-  evaluation_control = controls.NegativeControl(
-      "evaluation-1pct", "every metric of the port's evaluation x 1.01 (a "
-      "mean over the wrong count)", controls.evaluation_1pct_all)
-  tolerances = {"first_step": FIRST_STEP, "final": FINAL}
-  lockstep_multiple = our_strategies.LOCKSTEP_MULTIPLE
-  lockstep_reason = our_strategies.LOCKSTEP_REASON
-  calibration_multiple = our_strategies.CALIBRATION_MULTIPLE
-  plot_members = False
-  loss_convention = "the train loss as the steps return it (pmap's averaged over devices)"
 
-  def __init__(self, checked, calibration_runs: int = 0):
-    port, state, batches = checked.port, checked.state, checked.batches
-    self._calibration_runs = calibration_runs
-    self.name, self._batches = port.name, batches
-    self._nudge = (perturbations.BatchNudge
-                   if perturbations.has_floats(batches(0))
-                   else perturbations.StateNudge)
-    pmap = (PmapRun if checked.pmap_layout == port_steps.STACKED
-            else BroadcastPmapRun)
-    ports = {"port": port.port_step, **(port.extra_ports or {})}
-    self.port_runs = tuple(ports)
-    runs = [RunSpec("pmap", pmap(port, state, port.pmap_step), "pmap"),
-            *(RunSpec(name, MeshRun(port, checked.port_state, step), name)
-              for name, step in ports.items())]
-    if port.reference_step is not None:
-      runs.append(RunSpec("reference", ReferenceRun(
-          port, state, port.reference_step), "reference"))
-      self.truth = "reference"  # the one device: no collective to get wrong
-      self.pairs = (*((name, "pmap") for name in ports),
-                    ("pmap", "reference"),
-                    *((name, "reference") for name in ports))
-    else:
-      self.truth = "pmap"
-      self.pairs = tuple((name, "pmap") for name in ports)
-    self.runs = tuple(runs)
-    self.calibration_change = (
-        "its batch's floats nudged by one ulp"
-        if self._nudge is perturbations.BatchNudge else
-        "its state's floats nudged by one ulp")
-    self.judged_metrics = (("train_loss",) if port.evaluate is None else
-                           tuple(port.evaluate(state)))
-    self.config = PortConfig("team program", port.steps, checked.rows)
-    if port.evaluate is not None:
-      self.negative_controls = (*self.negative_controls,
-                                self.evaluation_control)
+def plan(checked, calibration_runs: int = 0) -> Plan:
+  """A checked `Port` (`port.check`) as the engine runs and judges it.
 
-  def train_batches(self, config, data):
-    del data
-    return (self._batches(i) for i in range(config.steps))
+  By the same rules as our strategies but with none of their assumptions:
+  no canonical view, data set, test set or truth of ours applies to a
+  team's program. pmap's run, one per port step, and the reference where
+  the Port has one (then the truth: one device, no collective to get
+  wrong; else pmap is).
 
-  def timing_batches(self, config, data, count):
-    del config, data
-    return self._batches.first(count)
+  Args:
+    checked: the `port.check`ed Port.
+    calibration_runs: free-running calibration runs asked for (0 to 3).
 
-  def test_batch(self, data, n_devices):
-    del data, n_devices
-    return {}
+  Returns:
+    The `Plan`.
+  """
+  port, state, batches = checked.port, checked.state, checked.batches
+  nudge = (perturbations.BatchNudge if perturbations.has_floats(batches(0))
+           else perturbations.StateNudge)
+  pmap = (PmapRun if checked.pmap_layout == port_steps.STACKED
+          else BroadcastPmapRun)
+  ports = {"port": port.port_step, **(port.extra_ports or {})}
+  runs = [PlannedRun("pmap", pmap(port, state, port.pmap_step), "pmap"),
+          *(PlannedRun(name, MeshRun(port, checked.port_state, step), name)
+            for name, step in ports.items())]
+  truth = "pmap"
+  pairs = tuple((name, "pmap") for name in ports)
+  if port.reference_step is not None:
+    runs.append(PlannedRun("reference", ReferenceRun(
+        port, state, port.reference_step), "reference"))
+    truth = "reference"
+    pairs = (*pairs, ("pmap", "reference"),
+             *((name, "reference") for name in ports))
+  seeds = list(NUDGE_SEEDS.items())[:calibration_runs]
+  what = "batches" if nudge is perturbations.BatchNudge else "initial state"
+  return Plan(
+      name=port.name, runs=tuple(runs), pairs=pairs, truth=truth,
+      witness="pmap", port_runs=tuple(ports),
+      tolerances={"first_step": FIRST_STEP, "final": FINAL},
+      judged_metrics=(("train_loss",) if port.evaluate is None else
+                      tuple(port.evaluate(state))),
+      throughput_pair=("pmap", "port"),
+      train_batches=lambda: (batches(i) for i in range(port.steps)),
+      timing_batches=batches.first, test_batch={}, test_size=None,
+      # The train loss (or `evaluate`) recorded ten times a run.
+      eval_every=max(1, port.steps // 10),
+      summarize=lambda sums: {k: float(v) for k, v in sums.items()},
+      calibrations={name: nudge(seed) for name, seed in seeds},
+      calibration_change=(f"its {'batch' if what == 'batches' else 'state'}"
+                          "'s floats nudged by one ulp"),
+      calibration_summary=(
+          f"the {truth} trained again {len(seeds)} times, the floats of its "
+          f"{what} moved one ulp (rounding only); the band is their largest "
+          "drift per step"),
+      lockstep_perturbation=lambda t: nudge(1000 + t),
+      negative_controls=(*controls.late_controls(),
+                         *((EVALUATION_CONTROL,) if port.evaluate else ())))
 
-  def train_size(self, data):
-    del data
-    return 0
 
-  def test_size(self, data, n_devices):
-    del data, n_devices
-    return None
-
-  def calibrations(self):
-    """The free-running calibration runs asked for (none by default): each
-    trains the truth again from a copy of its state, a set of the devices'
-    state more at every step, and is shown, never judged (the lockstep
-    bands are measured from the shared state at each checked step)."""
-    seeds = list(NUDGE_SEEDS.items())[:self._calibration_runs]
-    return {name: self._nudge(seed) for name, seed in seeds}
-
-  def calibration_summary(self, count):
-    what = ("batches" if self._nudge is perturbations.BatchNudge else
-            "initial state")
-    return (f"the {self.truth} trained again {count} times, the floats of "
-            f"its {what} moved one ulp (rounding only); the band is their "
-            "largest drift per step")
-
-  def lockstep_perturbation(self, t):
-    return self._nudge(1000 + t)
-
-  def summarize(self, sums, config):
-    """The port's `evaluate` metrics, as floats."""
-    del config
-    return {k: float(v) for k, v in sums.items()}
-
-  def active_runs(self, config, n_devices):
-    del config, n_devices
-    return tuple(run.name for run in self.runs)
-
-  def why_skipped(self, config, n_devices):
-    del config, n_devices
-    return ""
-
-  def calls_per_step(self, config, run=None):
-    """One: a Port's step is one optimiser step (a `MultiSteps` port's mini
-    steps are its own optimiser's business, every leaf compared)."""
-    del config, run
-    return 1
-
-  def eval_every(self, config, n_train):
-    """The train loss (or `evaluate`) recorded ten times a run."""
-    del n_train
-    return max(1, config.steps // 10)
-
-  def control(self, name):
-    return controls.chosen(self.negative_controls, name, self.name)
-
-  def report_fields(self, config):
-    del config
-    return {}
-
-  def run_fields(self, config, name, state):
-    del config, name, state
-    return {}
-
-  def report_lines(self, report):
-    del report
-    return []
+def config_of(checked) -> PortConfig:
+  """What the runner reads of a config, for a checked `Port`."""
+  return PortConfig("team program", checked.port.steps, checked.rows)

@@ -12,13 +12,19 @@ import datetime
 import os
 
 from compare._src.prove import matmul_precision
+from compare._src.prove import plan as plan_module
 from compare._src.prove import plots
 from compare._src.prove import port as port_module
 from compare._src.prove import report as report_module
 from shardport.launch import distributed
 from shardport.launch import files
+from shardport.strategies import negative_controls as controls
 
 EXIT_PASS, EXIT_DIFFER, EXIT_DIVERGED = 0, 1, 3
+# What a Port's reported losses are (our strategies' own say theirs:
+# `compare._src.strategy_reports`).
+LOSS_CONVENTION = ("the train loss as the steps return it (pmap's averaged "
+                   "over devices)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,11 +33,14 @@ class Proof:
 
   Attributes:
     report: the whole report, as `--json` writes it.
-    strategy: what was proved (a registered strategy, or a team's program).
+    lines: printed lines the report's own table does not have (our
+      strategies' own, added by the CLI; none for a team's `Port`).
+    plot_members: whether `plot` draws every member's test accuracy.
   """
 
   report: dict
-  strategy: object
+  lines: tuple[str, ...] = ()
+  plot_members: bool = False
 
   @property
   def verdict(self) -> str:
@@ -55,8 +64,7 @@ class Proof:
 
   def table(self) -> str:
     """The printed report."""
-    return report_module.table(self.report,
-                               self.strategy.report_lines(self.report))
+    return report_module.table(self.report, list(self.lines))
 
   def write_json(self, path: str) -> None:
     """The report as JSON at `path`, atomically."""
@@ -64,22 +72,21 @@ class Proof:
 
   def plot(self, path: str) -> None:
     """Loss, metrics, drift and lockstep panels as a PNG at `path`."""
-    plots.learning_curves(self.report, path,
-                          members=self.strategy.plot_members)
+    plots.learning_curves(self.report, path, members=self.plot_members)
 
 
 def prepare(port, steps: int | None = None, calibration_runs: int = 0):
-  """A team's `Port`, checked (`port.check`) and made a strategy.
+  """A team's `Port`, checked (`port.check`) and planned.
 
   Returns:
-    `(strategy, config)`; raises `PortError` (one line) on any mistake.
+    `(plan, config)`; raises `PortError` (one line) on any mistake.
   """
   from compare._src.prove import port_runs  # pylint: disable=g-import-not-at-top
   if steps is not None:
     port = dataclasses.replace(port, steps=steps)
-  strategy = port_runs.PortStrategy(port_module.check(port),
-                                    calibration_runs)
-  return strategy, strategy.config
+  checked = port_module.check(port)
+  return (port_runs.plan(checked, calibration_runs),
+          port_runs.config_of(checked))
 
 
 def port_runs_seeds():
@@ -88,10 +95,10 @@ def port_runs_seeds():
   return port_runs.NUDGE_SEEDS
 
 
-def _control(strategy, control, steps):
+def _control(plan, control, steps):
   if control is None or not isinstance(control, str):
     return control
-  control = strategy.control(control)
+  control = controls.chosen(plan.negative_controls, control, plan.name)
   if control.step and control.step > steps:
     raise port_module.PortError(
         f"--negative-control {control.name}: step {control.step} is past "
@@ -145,57 +152,55 @@ def prove(port, *, steps: int | None = None, control=None,
     raise port_module.PortError(
         f"calibration_runs: 0 to {len(port_runs_seeds())}, got "
         f"{calibration_runs}")
-  strategy, config = prepare(port, steps, calibration_runs)
+  plan, config = prepare(port, steps, calibration_runs)
   # Devices per process, as for our strategies (the mesh spans them all).
-  return prove_strategy(strategy, config, None,
-                        port.mesh.size // jax.process_count(),
-                        control=control, check_every=check_every,
-                        windows=windows, progress=progress)
+  return Proof(prove_plan(plan, config, port.mesh.size // jax.process_count(),
+                          control=control, check_every=check_every,
+                          windows=windows, progress=progress))
 
 
-def prove_strategy(strategy, config, data, n_devices: int, *, control=None,
-                   check_every: int = 1, windows: int = 10,
-                   progress: bool = False,
-                   switch_at: int | None = None) -> Proof:
-  """Our strategies' entry to the engine (and a `Port`'s, once prepared).
+def prove_plan(plan, config, n_devices: int, *, control=None,
+               check_every: int = 1, windows: int = 10,
+               progress: bool = False, switch_at: int | None = None,
+               header: dict | None = None) -> dict:
+  """The engine's one entry: a program's `Plan` proved; its report.
 
   Args:
-    strategy: a registered strategy (`shardport.strategies`) or a
-      prepared `Port`'s.
-    config: its config (the CLI has checked it).
-    data: its dataset (None for a `Port`'s own batches).
+    plan: what to prove (`port_runs.plan` of a `Port`, or
+      `strategy_plan.plan` of one of our strategies).
+    config: its config (checked).
     n_devices: devices per process.
-    control: a negative control's name to plant in the port's runs.
+    control: a negative control (or its name) to plant in the port's runs.
     check_every: lockstep checks at step 1, every K-th step and the last.
     windows: timing windows per run (0: not timed, the proof alone).
     progress: a progress bar on stderr.
     switch_at: the port's runs restore pmap's checkpoint of this step.
+    header: fields the caller adds to the report's header.
 
   Returns:
-    The `Proof`.
+    The report.
   """
   import jax  # pylint: disable=g-import-not-at-top
   from compare._src.prove import outcome  # pylint: disable=g-import-not-at-top
-  control = _control(strategy, control, config.steps)
+  plan = plan_module.planted(plan, _control(plan, control, config.steps))
   precision, precision_fields = matmul_precision.for_proof(
       jax.devices()[0].platform)
   with precision:
-    result = outcome.compare(strategy, config, data, n_devices,
-                            windows=windows, progress=progress,
-                            control=control, check_every=check_every,
-                            switch_at=switch_at)
-  full = {**describe(strategy, config, n_devices, control, switch_at),
-          **precision_fields, **strategy.report_fields(config), **result}
+    result = outcome.compare(plan, config, n_devices, windows=windows,
+                             progress=progress, check_every=check_every,
+                             switch_at=switch_at)
+  full = {**describe(plan, config, n_devices, plan.control, switch_at),
+          **precision_fields, **(header or {}), **result}
   full["throughput_ratio_shard_map_vs_pmap"] = (
       report_module.throughput_ratio(full))
-  return Proof(full, strategy)
+  return full
 
 
-def describe(strategy, config, n_devices: int, control=None,
+def describe(plan, config, n_devices: int, control=None,
              switch_at=None) -> dict:
   """The report's header fields: what ran, where, on what."""
   import jax  # pylint: disable=g-import-not-at-top
-  return {"schema": report_module.SCHEMA, "strategy": strategy.name,
+  return {"schema": report_module.SCHEMA, "strategy": plan.name,
           "date": datetime.date.today().isoformat(),
           "workload": config.workload, "dataset": config.dataset,
           "platform": jax.devices()[0].platform,
@@ -208,8 +213,7 @@ def describe(strategy, config, n_devices: int, control=None,
           "steps": config.steps, "global_batch": config.global_batch,
           "learning_rate": config.learning_rate, "seed": config.seed,
           "negative_control": getattr(control, "name", control),
-          "switch_at": switch_at,
-          "loss_convention": strategy.loss_convention}
+          "switch_at": switch_at, "loss_convention": LOSS_CONVENTION}
 
 
 def pmap_runtime() -> dict:

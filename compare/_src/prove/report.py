@@ -7,8 +7,7 @@ import textwrap
 
 from compare._src.prove import equivalence
 from compare._src.prove import leaf_bands
-from compare._src.prove import lockstep
-from shardport.strategies.throughput import throughput_ratio
+from compare._src.measure.speed_ratio import throughput_ratio
 
 SCHEMA = 2
 # Every line the report prints fits this many columns (issue 59); the JSON
@@ -186,8 +185,8 @@ def _lockstep_lines(report):
               else "")))
   if checks.get("band_flip_steps"):
     lines.append(f"calibration flipped at step(s) {checks['band_flip_steps']}"
-                 f" (over {lockstep.CALIBRATION_FLIP:g}x the steps' median "
-                 f"and {lockstep.CALIBRATION_FLIP_LEVEL:g} of the update): "
+                 f" (over {leaf_bands.CALIBRATION_FLIP:g}x the steps' median "
+                 f"and {leaf_bands.CALIBRATION_FLIP_LEVEL:g} of the update): "
                  "left out of the band")
   flipped = {name.replace("~", " vs "): pair.get("sign_flips") for name, pair
              in checks["pairs"].items()}

@@ -20,6 +20,7 @@ import tqdm
 from shardport.launch import distributed
 from compare._src.prove import equivalence
 from compare._src.prove import host_copies
+from compare._src.prove import judging
 from compare._src.measure import hlo
 from compare._src.prove import lockstep
 from compare._src.prove import progress as progress_lines
@@ -118,36 +119,30 @@ def rows(run, host_batch):
   return {k: v[part] for k, v in host_batch.items()}
 
 
-def _evaluate(strategy, run, config, test_batch, state=None):
+def _evaluate(plan, run, test_batch, state=None):
   """`run`'s own evaluation of its state (or of `state`, in its layout)."""
-  return run_metrics.test_summary(strategy, run.module, config, run.evaluate(
+  return plan.summarize(run.module.metrics_to_host(run.evaluate(
       run.state if state is None else state,
-      run.module.put_batch(rows(run, test_batch), run.placement)))
+      run.module.put_batch(rows(run, test_batch), run.placement))))
 
 
-def _runs(strategy, config, n_devices, control):
-  active = strategy.active_runs(config, global_devices(n_devices))
-  runs = [Run(run.name, run.module, run.variant,
-              calls=strategy.calls_per_step(config, run.name),
+def _runs(plan):
+  runs = [Run(run.name, run.module, run.variant, calls=run.calls,
               local_batch=getattr(run.module, "PROCESS_LOCAL_BATCH", False))
-          for run in strategy.runs if run.name in active]
-  if control is not None:
-    for run in runs:
-      if run.name in strategy.port_runs:
-        run.module = control.plant(run.module, run.name)
-  truth = next(r for r in runs if r.name == strategy.truth)
+          for run in plan.runs]
+  truth = next(r for r in runs if r.name == plan.truth)
   runs += [Run(name, truth.module, truth.variant, calls=truth.calls,
                local_batch=truth.local_batch, perturbation=perturbation)
-           for name, perturbation in strategy.calibrations().items()]
+           for name, perturbation in plan.calibrations.items()]
   return runs
 
 
-def _setup(strategy, config, n_devices, control):
-  runs = _runs(strategy, config, n_devices, control)
+def _setup(plan, config, n_devices):
+  runs = _runs(plan)
   progress_lines.release()  # the options and the program are checked
   progress_lines.phase("building each run's state and steps: " + ", ".join(
       run.name for run in runs))
-  truth = next(r for r in runs if r.name == strategy.truth)
+  truth = next(r for r in runs if r.name == plan.truth)
   for run in runs:
     run.n_devices = n_devices
     run.placement = run.module.make_placement(n_devices)
@@ -236,15 +231,15 @@ def _raised_everywhere(run_name: str, step: int) -> bool:
                                RAISED_EVERYWHERE_S)
 
 
-def _record_history(strategy, run, config, test_batch, step):
+def _record_history(plan, run, step):
   run.history.append(run_metrics.history_line(
-      step, run.since_eval, _evaluate(strategy, run, config, test_batch)))
+      step, run.since_eval, _evaluate(plan, run, plan.test_batch)))
   run.since_eval = []
 
 
-def train(strategy, config, data, n_devices: int, progress: bool = False,
-          control=None, switch_at=None, check_every: int = 1):
-  """Trains every active run in lockstep.
+def train(plan, config, n_devices: int, progress: bool = False,
+          switch_at=None, check_every: int = 1):
+  """Trains every run of `plan` in lockstep.
 
   With `switch_at` the port's runs restore pmap's checkpoint of that step
   and continue from it (`compare._src.prove.switch`). Every `check_every`-th step each
@@ -253,26 +248,24 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
   Returns:
     What it found, as `Trained`.
   """
-  runs = _setup(strategy, config, n_devices, control)
+  runs = _setup(plan, config, n_devices)
   names = {run.name for run in runs}
-  pairs = [(a, b) for a, b in strategy.pairs if a in names and b in names]
+  pairs = [(a, b) for a, b in plan.pairs if a in names and b in names]
   checks = lockstep.Lockstep(
       [run for run in runs if run.perturbation is None], pairs,
       check_every, config.steps, n_devices, rows,
-      truth=strategy.truth, perturbation=strategy.lockstep_perturbation,
-      port_runs=strategy.port_runs, witness=strategy.witness,
-      multiple=strategy.lockstep_multiple)
-  tracked = pairs + [(strategy.truth, run.name) for run in runs
+      truth=plan.truth, perturbation=plan.lockstep_perturbation,
+      port_runs=plan.port_runs, witness=plan.witness,
+      multiple=judging.LOCKSTEP_MULTIPLE)
+  tracked = pairs + [(plan.truth, run.name) for run in runs
                      if run.perturbation is not None]
-  test_batch = strategy.test_batch(data, global_devices(n_devices))
-  every = strategy.eval_every(config, strategy.train_size(data))
   drift = {f"{a}~{b}": [] for a, b in tracked}
   diverged, raised, first_steps = {}, {}, None
-  order = strategy.train_batches(config, data)
   progress_lines.phase(f"training {config.steps} steps, every run from the "
                        "same state on the same batches, checked in lockstep")
   for i, host_batch in enumerate(tqdm.tqdm(
-      order, total=config.steps, desc=strategy.name, file=sys.stderr,
+      plan.train_batches(), total=config.steps, desc=plan.name,
+      file=sys.stderr,
       disable=not (progress and progress_lines.bar_shown()))):
     progress_lines.step(i + 1, config.steps)
     checks.before_step(i + 1, host_batch)
@@ -281,7 +274,7 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
       try:
         finite = _step(run, host_batch, i, n_devices, fetched)
       except Exception as err:  # pylint: disable=broad-except
-        if (run.name not in strategy.port_runs or run.perturbation is not None
+        if (run.name not in plan.port_runs or run.perturbation is not None
             or not _raised_everywhere(run.name, i + 1)):
           err.add_note(f"in {run.name}'s step {i + 1}")  # the crash's line
           raise
@@ -294,8 +287,8 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
         break
       if not finite:
         diverged[run.name] = i + 1
-      elif (i + 1) % every == 0 or i + 1 == config.steps:
-        _record_history(strategy, run, config, test_batch, i + 1)
+      elif (i + 1) % plan.eval_every == 0 or i + 1 == config.steps:
+        _record_history(plan, run, i + 1)
     by_name = {run.name: run for run in runs}
     if raised:
       break
@@ -305,17 +298,17 @@ def train(strategy, config, data, n_devices: int, progress: bool = False,
     if i == 0:  # judged at the end; no host copy kept till then
       first_steps = equivalence.compare_pairs(
           pairs, {run.name: run.host for run in runs},
-          strategy.tolerances["first_step"], checks.shared)
+          plan.tolerances["first_step"], checks.shared)
     if diverged:
       break
     checks.after_step(i + 1, host_batch)
     if switch_at == i + 1:
-      by_name[switch.SOURCE].handover = switch.switch(strategy, config, runs,
+      by_name[switch.SOURCE].handover = switch.switch(plan, config, runs,
                                                       i + 1)
   for run in runs:
     run.summary = (run.history[-1] if run.history and not diverged else
-                   _evaluate(strategy, run, config, test_batch))
+                   _evaluate(plan, run, plan.test_batch))
   if not diverged:
     checks.evaluate_shared(config.steps, lambda run, state: _evaluate(
-        strategy, run, config, test_batch, state))
+        plan, run, plan.test_batch, state))
   return Trained(runs, pairs, drift, diverged, checks, raised, first_steps)

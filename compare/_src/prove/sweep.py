@@ -35,15 +35,19 @@ def _point(report, n_devices):
   return {"devices": n_devices, "runs": runs, "verdict": report["verdict"]}
 
 
-def run(strategy, config, data, device_counts, windows: int,
-        control=None) -> dict:
-  """Compares every run at each device count; the per-count results."""
+def run(plans: dict, config, windows: int) -> dict:
+  """Compares every run at each device count; the per-count results.
+
+  Args:
+    plans: `{device count: plan.Plan}`, each with its control planted.
+    config: the program's config.
+    windows: timing windows per run.
+  """
   import jax  # pylint: disable=g-import-not-at-top
   precision, fields = matmul_precision.for_proof(jax.devices()[0].platform)
   with precision:
-    points = [_point(outcome.compare(strategy, config, data, n,
-                                    windows=windows, control=control), n)
-              for n in device_counts]
+    points = [_point(outcome.compare(plan, config, n, windows=windows), n)
+              for n, plan in plans.items()]
   verdicts = {p["verdict"] for p in points}
   overall = ("diverged" if "diverged" in verdicts else
              "fail" if "fail" in verdicts else "pass")

@@ -20,19 +20,19 @@ from shardport.workloads import digest
 SOURCE = "pmap"
 
 
-def check(strategy, config, n_devices: int, switch_at: int) -> None:
+def check(plan, config, switch_at: int) -> None:
   """Raises ConfigError (one line) when the switch cannot happen."""
   if not 1 <= switch_at < config.steps:
     raise configs.ConfigError(
         f"--switch-at must be between 1 and the steps - 1 ({config.steps - 1})"
         f", got {switch_at}")
-  if SOURCE not in strategy.active_runs(config, n_devices):
+  if SOURCE in plan.skipped:
     raise configs.ConfigError(
         f"--switch-at needs a pmap run to switch from; here "
-        f"{strategy.why_skipped(config, n_devices)}")
+        f"{plan.skipped[SOURCE]}")
 
 
-def switch(strategy, config, runs, step: int) -> dict:
+def switch(plan, config, runs, step: int) -> dict:
   """Restores pmap's state after `step` steps into every port run.
 
   Called once pmap has taken exactly `step` optimiser steps: the state it
@@ -52,15 +52,14 @@ def switch(strategy, config, runs, step: int) -> dict:
             "restored": {}}
   with tempfile.TemporaryDirectory(prefix="shardport-switch-") as directory:
     handover.write_checkpoint(source.module, source.state, config, directory,
-                              step, strategy=strategy.name)
-    for name in strategy.port_runs:
+                              step, strategy=plan.name)
+    for name in plan.port_runs:
       if name not in by_name:
         continue
       run = by_name[name]
       state, _ = handover.resume_into(
           run.module, run.placement, config, directory, step,
-          strategy=strategy.name,
-          calls_per_step=strategy.calls_per_step(config, name))
+          strategy=plan.name, calls_per_step=plan.calls_per_step(name))
       # The compiled step is specialised to the state's pytree metadata
       # (the optimiser object): keep the run's own, with the restored leaves.
       run.state = jax.tree.unflatten(jax.tree.structure(run.state),

@@ -2,9 +2,9 @@
 divergence.
 
 After one step every pair must be within the multiple of the one-step band
-(without checks, the strategy's first-step tolerance; a 1% learning-rate
+(without checks, the program's first-step tolerance; a 1% learning-rate
 change is 1000x above either). At every checked step every pair's step from
-one shared state must stay within `strategy.lockstep_multiple` times the
+one shared state must stay within `judging.LOCKSTEP_MULTIPLE` times the
 one-step band (`compare._src.prove.lockstep`): the test of correctness at any
 length, since nothing carries over from one step to the next. A pair of two
 programs may part at a few steps by a rounding flip where every port run
@@ -22,6 +22,7 @@ import numpy as np
 
 from compare._src.prove import equivalence
 from compare._src.prove import flips
+from compare._src.prove import judging
 from compare._src.prove import leaf_bands
 
 DIVERGED = "diverged"
@@ -30,7 +31,7 @@ DIVERGED = "diverged"
 NOISE_FLOOR = 1e-6
 
 
-def first_step(strategy, pairs, firsts, checks=None, measured=None):
+def first_step(plan, pairs, firsts, checks=None, measured=None):
   """Every pair after one free-running step from its own initial state.
 
   With lockstep checks, a pair that is not bitwise is judged as lockstep
@@ -43,7 +44,7 @@ def first_step(strategy, pairs, firsts, checks=None, measured=None):
   strategy's first-step tolerance judges, shown beside the ratio always.
   `measured`: `equivalence.compare_pairs` of the step as it ran (`firsts`
   then unread: no host copy kept to the end). Returns the results."""
-  tol = strategy.tolerances["first_step"]
+  tol = plan.tolerances["first_step"]
   measured = measured or equivalence.compare_pairs(
       pairs, firsts, tol, (checks or {}).get("initial"))
   results = []
@@ -162,12 +163,11 @@ def _metric_fields(checks, pair):
               "gap": failure[2], "allowed": failure[3]}}
 
 
-def lockstep(strategy, checks: dict) -> list[dict]:
+def lockstep(checks: dict) -> list[dict]:
   """Every pair at every checked step, from the shared state, against the
   one-step band (`compare._src.prove.lockstep`); a pair of two programs that parts at
   a few steps where every port run took its witness's step is excused (a
   rounding flip), and says so."""
-  del strategy
   if not checks["checked_steps"]:
     return []
   results = []
@@ -236,15 +236,15 @@ def _shared_check(shared, a, b, n_test, keys):
   return out
 
 
-def final(strategy, pairs, finals, drift, calibration, summaries,
+def final(plan, pairs, finals, drift, calibration, summaries,
           n_test, shared=None, steps=None) -> list[dict]:
   """Every pair at the end: bitwise, or judged by each run's own evaluation
   of one state (the ground truth's final state, placed in each run's
   layout): they must agree to rounding. Free-running runs part chaotically:
   their states, and beside the calibration runs (where there are any) their
   metrics and drift, are shown, not judged."""
-  tol = strategy.tolerances["final"]
-  multiple = strategy.calibration_multiple
+  tol = plan.tolerances["final"]
+  multiple = judging.CALIBRATION_MULTIPLE
   results = []
   for a, b in pairs:
     result = {"a": a, "b": b, "at": "final",
@@ -252,13 +252,13 @@ def final(strategy, pairs, finals, drift, calibration, summaries,
               "drift_per_step": drift[f"{a}~{b}"]}
     if shared:
       result["shared_eval"] = {"step": steps, "metrics": _shared_check(
-          shared, a, b, n_test, strategy.judged_metrics)}
+          shared, a, b, n_test, plan.judged_metrics)}
     if result["verdict"] != equivalence.BITWISE and calibration:
       floor = NOISE_FLOOR * _largest_param(finals[b])
       ratios = _band(result["drift_per_step"], calibration["drift_per_step"],
                      floor)
       metrics = _metric_check(summaries, a, b, calibration, n_test, multiple,
-                              strategy.truth, strategy.judged_metrics)
+                              plan.truth, plan.judged_metrics)
       result["calibration"] = {
           "multiple": multiple, "max_ratio": float(np.max(ratios)),
           "worst_step": int(np.argmax(ratios)) + 1, "noise_floor": floor,

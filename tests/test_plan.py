@@ -1,0 +1,59 @@
+"""The engine reads a `Plan` and nothing else: our strategies are asked
+once, before it starts (`strategy_plan.plan`), and a negative control is a
+change of the plan (`plan.planted`)."""
+
+import dataclasses
+
+import pytest
+
+from compare._src.prove import plan as plan_module
+from compare._src.prove import proof
+from compare._src.prove import strategy_plan
+from shardport import strategies
+from shardport.workloads import datasets
+
+# What a strategy answers once, to be planned: never asked by the engine.
+ASKED_ONCE = ("active_runs", "why_skipped", "calls_per_step", "eval_every",
+              "test_batch", "test_size", "train_size", "calibrations",
+              "calibration_summary", "timing_batches", "control")
+
+
+def _linreg():
+  strategy = strategies.get("data_parallel")
+  data = datasets.load("linreg")
+  config = strategy.make_config({"workload": "linreg", "steps": 3}, data)
+  return strategy, config, data
+
+
+def test_the_engine_never_asks_the_strategy_what_the_plan_holds(monkeypatch):
+  strategy, config, data = _linreg()
+  planned = strategy_plan.plan(strategy, config, data, 8)
+
+  def asked(*args, **kwargs):
+    raise AssertionError("the engine asked the strategy")
+
+  for name in ASKED_ONCE:
+    monkeypatch.setattr(strategy, name, asked)
+  report = proof.prove_plan(planned, config, 8, windows=0)
+  assert report["verdict"] == "pass"
+  assert set(report["runs"]) == {run.name for run in planned.runs}
+
+
+def test_a_planted_plan_is_a_new_plan_with_the_mistake_in_its_ports_only():
+  strategy, config, data = _linreg()
+  planned = strategy_plan.plan(strategy, config, data, 8)
+  control = strategy.control("update-1pct-at:2")
+  planted = plan_module.planted(planned, control)
+  assert planted.control is control and planned.control is None
+  for run in planned.runs:
+    moved = planted.run(run.name).module is not run.module
+    assert moved == (run.name in planned.port_runs), run.name
+  # Planted again with no control: the same plan, its control kept.
+  assert plan_module.planted(planted, None) is planted
+
+
+def test_a_plan_is_frozen():
+  strategy, config, data = _linreg()
+  planned = strategy_plan.plan(strategy, config, data, 8)
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    planned.truth = "pmap"
