@@ -14,8 +14,7 @@ from shardport.workloads import datasets
 
 # What a strategy answers once, to be planned: never asked by the engine.
 ASKED_ONCE = ("active_runs", "why_skipped", "calls_per_step", "eval_every",
-              "test_batch", "test_size", "train_size", "calibrations",
-              "calibration_summary", "timing_batches", "control")
+              "control")
 
 
 def _linreg():

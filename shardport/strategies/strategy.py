@@ -3,9 +3,10 @@
 A strategy (data_parallel, ensemble, accumulation, ...) is a training
 program (`shardport.strategies.program`: its config, validation, calls per
 step, evaluation and summary) plus what `compare` needs to judge it: its runs
-and the pairs it compares, its tolerances with their reasons, its negative
-controls and its report lines. Subclasses override only what differs from
-these defaults.
+and the pairs it compares, its tolerances with their reasons and its negative
+controls. Subclasses override only what differs from these defaults. What
+every strategy trains, times and calibrates on is the same for all of them,
+and `compare` plans it (`compare._src.prove.strategy_plan`).
 """
 
 import dataclasses
@@ -13,11 +14,9 @@ import importlib
 from typing import Any, ClassVar
 
 from shardport.strategies import negative_controls
-from shardport.strategies import perturbations
 from shardport.strategies.negative_controls import NegativeControl
 from shardport.strategies.program import Program
 from shardport.strategies.tolerances import Tolerance
-from shardport.workloads import batches
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,40 +92,3 @@ class Strategy(Program):
     """The negative control called `name` (`NAME:N` for one that starts at
     optimiser step N)."""
     return negative_controls.chosen(self.negative_controls, name, self.name)
-
-  # --- what it trains on, and how it is calibrated --------------------------
-
-  def train_batches(self, config, data):
-    """The global host batches of every step, in order."""
-    return batches.train_batches(data, config.seed, config.global_batch,
-                                 config.steps)
-
-  def timing_batches(self, config, data, count: int) -> list:
-    """`count` global host batches the timing windows cycle through."""
-    return list(batches.train_batches(data, config.seed + 1,
-                                      config.global_batch, count))
-
-  def test_batch(self, data, n_devices: int):
-    """The test set as one host batch (`n_devices`: all processes')."""
-    return batches.test_batch(data, n_devices)
-
-  def train_size(self, data) -> int:
-    return len(data.train_inputs)
-
-  def test_size(self, data, n_devices: int) -> int | None:
-    """Test examples, for the accuracy's floor of one example."""
-    return len(self.test_batch(data, n_devices)["targets"])
-
-  def calibrations(self) -> dict:
-    """The calibration runs: name -> what changes (`perturbations`)."""
-    return dict(perturbations.CALIBRATIONS)
-
-  def calibration_summary(self, count: int) -> str:
-    return (f"the reference trained again with its batch rows in {count} "
-            "other orders (summation order only); the band is their "
-            "largest drift per step")
-
-  def lockstep_perturbation(self, t: int):
-    """How the one-step band's step t changes the ground truth's: its rows
-    reordered, within each device's slice or across the batch by turns."""
-    return perturbations.RowOrder(("slices", "batch")[t % 2], 7)
