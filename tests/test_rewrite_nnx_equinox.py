@@ -238,3 +238,17 @@ def test_a_program_that_joins_jax_distributed_is_left_with_the_line():
     assert result.code == text
     assert [(f.line, f.kind) for f in result.findings] == [(5, Kind.PERSON)]
     assert "joins jax.distributed" in result.findings[0].text
+
+
+@pytest.mark.parametrize("name, hint", [
+    ("nnx_pmap_train", "compare.prove a compare.Port"),
+    ("equinox_pmap_train", "compare.prove a compare.Port"),
+    # The control: jax.pmap's port is proved by --prove.
+    ("tutorial_linear_regression", "to prove it: --prove PKG.MODULE:NAME"),
+])
+def test_the_report_says_how_what_it_wrote_is_proved(name, hint, tmp_path,
+                                                     capsys):
+  rewrite.main([str(INPUTS / f"{name}.py"), "-o", str(tmp_path / "out.py")])
+  said = [line for line in capsys.readouterr().out.splitlines()
+          if line.startswith("to prove it:")]
+  assert len(said) == 1 and hint in said[0], said

@@ -140,6 +140,8 @@ class Rewrite:
       `_pmap_*` helpers, or the global step's mesh and shardings).
     mesh_after_join: the global step sets jax's mesh after the file's
       `jax.distributed.initialize` (its shard_maps name no mesh).
+    other_library: the file's pmaps were another library's (flax NNX's,
+      equinox's: `write.other_pmaps_file`), which `--prove` does not take.
   """
 
   code: str
@@ -147,6 +149,7 @@ class Rewrite:
   ports: tuple[Port, ...] = ()
   defined: tuple[str, ...] = ()
   mesh_after_join: bool = False
+  other_library: bool = False
 
   @property
   def needs_a_person(self) -> bool:

@@ -263,8 +263,19 @@ def main(argv=None) -> int:
   elif port is not None:
     code = max(code, prove_flag.prove(port, pairs[0], args, results[0][2]))
   elif not args.in_tree:
-    print("to prove it: --prove PKG.MODULE:NAME, the compare.Port of the "
+    print(_how_to_prove(results))
+  return code
+
+
+def _how_to_prove(results) -> str:
+  """How to prove what was written: `--prove` for jax.pmap's ports; for
+  another library's (which `--prove` does not take) a Port of one's own."""
+  if any(rewrite is not None and rewrite.other_library
+         for _, _, rewrite in results):
+    return ("to prove it: compare.prove a compare.Port of the original "
+            "step and the written one (examples/nnx_mlp, "
+            "examples/equinox_mlp); --prove takes jax.pmap's ports only")
+  return ("to prove it: --prove PKG.MODULE:NAME, the compare.Port of the "
           "original program (its pmap_step a pmap of this file); "
           "--global --prove __main__ for a step made under `if __name__ == "
           "'__main__':`")
-  return code

@@ -111,7 +111,8 @@ def rewrite(module: cst.Module, path: str, uses, global_step: bool
                            tuple(sorted(findings, key=lambda f: f.line)))
   return records.Rewrite(_with_head(new.code, module, writer, bound,
                                     global_step),
-                         tuple(sorted(findings, key=lambda f: f.line)))
+                         tuple(sorted(findings, key=lambda f: f.line)),
+                         other_library=True)
 
 
 def _with_head(code, module, writer, bound, global_step) -> str:
