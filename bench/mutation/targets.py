@@ -48,6 +48,14 @@ MODULES = {
     "global_calls": (f"{REWRITE}/read/global_calls.py", REWRITE_TESTS),
     "rewrite_helpers": (f"{REWRITE}/rewrite_helpers.py", PUTS_TESTS),
     "stacked_calls": (f"{REWRITE}/read/stacked_calls.py", PUTS_TESTS),
+    "pipeline_batches": (f"{REWRITE}/read/pipeline_batches.py",
+                         ("tests/test_rewrite_pipeline_units.py",)),
+    "other_pmap_args": (f"{REWRITE}/read/other_pmap_args.py",
+                        ("tests/test_rewrite_nnx_equinox.py",
+                         "tests/test_rewrite_other_pmaps.py")),
+    "global_static": (f"{REWRITE}/write/global_static.py",
+                      ("tests/test_rewrite_static.py",
+                       "tests/test_rewrite_mutation_units.py")),
 }
 # The tests in those files that run whole programs (a rewritten program
 # run or proved: 2.5 s to a minute each on 2 busy cores): left out.
@@ -86,4 +94,7 @@ SLOW = tuple(f"{file}.py::test_{name}" for file, name in (
     ("tests/test_rewrite_removed_puts",
      "the_rewrite_prints_what_the_original_printed"),
     ("tests/test_rewrite_removed_puts",
-     "global_from_the_original_or_the_first_step_runs_the_same")))
+     "global_from_the_original_or_the_first_step_runs_the_same"),
+    ("tests/test_rewrite_nnx_equinox",
+     "each_program_prints_the_same_numbers_after_both_steps"),
+    ("tests/test_rewrite_static", "both_steps_print_the_originals_numbers")))
