@@ -20,7 +20,7 @@ import pathlib
 
 import pytest
 
-from bench import rewrite_many_hosts
+from bench.probes import rewrite_many_hosts
 from compare import rewrite
 
 INPUTS = pathlib.Path(__file__).resolve().parent / "rewrite_inputs"

@@ -230,8 +230,11 @@ class Reader(pipeline_reads.PipelineReads, global_scopes.Scopes):
       kind = R
     elif is_shard_call(value, self.known):
       kind = B
-    elif pipeline_batches.rows_of(value, self.known.counts) is not None:
-      kind = B  # stacked by hand: placed where it is made
+    elif (self._scope[-1] in self.known.generators and
+          pipeline_batches.rows_of(value, self.known.counts) is not None):
+      # Stacked by hand in a batch generator: placed where it is made (a
+      # stack made elsewhere is pmap's layout, the step's outputs' too).
+      kind = B
       self.known.made.add(id(value))
     elif self._batch_generator_call(value):
       kind = "biter"  # a generator of global batches once written

@@ -226,7 +226,8 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
     # step's ports are (`records.Port`).
     fun_code = code_of(named["fun"])
     if step.static:
-      return self._static_template(named["fun"], step, parts, donate)
+      written = self._static_template(named["fun"], step, parts, donate)
+      return None if written is None else (layout, written)
     mapped = fun_code
     name = self._steps[line].name
     if name in self._plan.keywords:
