@@ -14,6 +14,7 @@ import pathlib
 import pytest
 
 from compare._src import cli
+from compare._src.prove import proof
 from compare._src.prove import report as report_module
 from shardport import strategies
 
@@ -25,7 +26,8 @@ def _printed(capsys, full, tmp_path):
   path = tmp_path / "out.json"
   args = argparse.Namespace(sweep_devices=None, json=str(path), plot=None)
   capsys.readouterr()
-  cli._show(args, strategies.get(full["strategy"]), full)  # pylint: disable=protected-access
+  strategy = strategies.get(full["strategy"])
+  cli._show(args, proof.Proof(full, tuple(strategy.report_lines(full))))  # pylint: disable=protected-access
   return capsys.readouterr().out, json.loads(path.read_text())
 
 

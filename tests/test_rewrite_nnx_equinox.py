@@ -84,8 +84,8 @@ def test_each_program_prints_the_same_numbers_after_both_steps(tmp_path,
     scripts += [INPUTS / name, *_both_steps(INPUTS / name, tmp_path, capsys)]
   # The guide's before/after is what the rewrite writes.
   guide = (ROOT / "docs" / "REWRITE.md").read_text()
-  after = guide.split("becomes (the mesh after the imports):\n\n```python\n",
-                      1)[1].split("```", 1)[0]
+  after = guide.split("becomes (the mesh after the imports;", 1)[1].split(
+      "```text\n", 1)[1].split("```", 1)[0]
   assert after in (tmp_path / "first_nnx_pmap_train.py").read_text()
   outputs = _outputs(*scripts)
   for k, name in enumerate(_WRITES):

@@ -233,21 +233,19 @@ def _run_program(args):
 
 
 def _run(args):
-  from compare._src import strategy_reports  # pylint: disable=g-import-not-at-top
   from compare._src.prove import plan as plan_module  # pylint: disable=g-import-not-at-top
   from compare._src.prove import proof  # pylint: disable=g-import-not-at-top
 
   progress.phase("loading the data and checking the options")
   plans, config, n_devices, control = _prepare(args)
-  extra = strategy_reports.of(args.strategy)
+  strategy = strategies.get(args.strategy)
   if args.sweep_devices:
     result = sweep.run({n: plan_module.planted(plan, control)
                         for n, plan in plans.items()}, config, args.windows)
     full = {**proof.describe(plans[max(plans)], config, max(plans), control),
-            **extra.fields(config), **result}
+            **strategy.report_fields(config), **result}
   else:
-    full = strategy_reports.with_additions(
-        args.strategy, config, proof.prove_plan(
+    full = _with_additions(strategy, config, proof.prove_plan(
             plans[n_devices], config, n_devices, windows=args.windows,
             progress=sys.stderr.isatty(), control=control,
             check_every=args.check_every, switch_at=args.switch_at))
@@ -258,10 +256,19 @@ def _run(args):
   # every process got this far (a process lost before leaves no JSON).
   distributed.barrier("report")
   if distributed.is_main_process():
-    _show(args, proof.Proof(full, tuple(extra.lines(full)),
-                            extra.plot_members))
+    _show(args, proof.Proof(full, tuple(strategy.report_lines(full)),
+                            strategy.plot_members))
   return {"pass": EXIT_PASS, "fail": EXIT_DIFFER}.get(full["verdict"],
                                                        EXIT_DIVERGED)
+
+
+def _with_additions(strategy, config, report: dict) -> dict:
+  """`report` with what only `strategy` prints: its fields, its runs'
+  fields and its loss convention (the CLI's, never the engine's)."""
+  runs = {name: {**run, **strategy.run_fields(config, name)}
+          for name, run in report["runs"].items()}
+  return {**report, **strategy.report_fields(config), "runs": runs,
+          "loss_convention": strategy.loss_convention}
 
 
 def _show(args, result):

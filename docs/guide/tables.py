@@ -13,7 +13,6 @@
 import html
 import json
 
-from compare._src import strategy_reports
 from compare._src.prove import judging
 from compare._src.prove import report as compare_report
 from compare._src.prove import verdicts
@@ -146,7 +145,7 @@ def report_block(name, report):
 def _strategy_lines(name, report):
   """What only this strategy prints (fsdp's memory and collective bytes)."""
   try:
-    return strategy_reports.of(name).lines(report)
+    return strategies()[name].report_lines(report)
   except (KeyError, TypeError, ValueError):
     return []
 

@@ -106,5 +106,33 @@ class Accumulation(Strategy):
       return 1
     return microbatches.calls_per_step(config)
 
+  def report_fields(self, config):
+    """K, the loop, and the calls that make one optimiser step."""
+    return {"accum_steps": config.accum_steps,
+            "accum_loop": config.accum_loop,
+            "calls_per_step": self.calls_per_step(config)}
+
+  def run_fields(self, config, name):
+    """Each run's microbatch loop; None for the runs that do not accumulate."""
+    accumulates = name in ACCUMULATING_RUNS
+    return {"accum_loop": config.accum_loop if accumulates else None}
+
+  def report_lines(self, report):
+    """Accumulation's point: its temp memory against the full-batch steps."""
+    runs = report["runs"]
+    temp = lambda name: runs[name].get("memory", {}).get("temp_bytes")
+    lines = []
+    for name in ("pmap", "shard_map", "jit"):
+      if name not in runs or "reference" not in runs or not temp(name):
+        continue
+      same = f"dp_{name}" if f"dp_{name}" in runs else None
+      lines.append(
+          f"temp memory {name} (K={report['accum_steps']}, "
+          f"{runs[name]['accum_loop']}): "
+          f"{temp(name) / temp('reference'):.2f}x the one-device full batch"
+          + (f", {temp(name) / temp(same):.2f}x the data-parallel step on "
+             "the same devices" if same else ""))
+    return lines
+
 
 STRATEGY = Accumulation()

@@ -142,6 +142,9 @@ class Ensemble(Strategy):
   defaults = {"epochs": 7}
   # Each member's loss is its mean over the whole batch, on any device count.
   loss_depends_on_devices = False
+  loss_convention = ("each member's mean cross entropy over the batch, "
+                     "averaged over members; test loss likewise")
+  plot_members = True
 
   runs = (RunSpec("pmap", "legacy_pmap.ensemble", "pmap"),
           RunSpec("shard_map", "sharded.ensemble", "shard_map"),
@@ -237,6 +240,24 @@ class Ensemble(Strategy):
     return (f"pmap runs exactly one member per device ({config.members} "
             f"members on {n_devices} devices); the port runs "
             f"{config.members // n_devices} per device")
+
+  def report_fields(self, config):
+    return {"members": config.members, "epochs": config.epochs,
+            "member_loop": config.member_loop}
+
+  def report_lines(self, report):
+    """The ensemble's test accuracy beside its mean and best member's."""
+    lines = []
+    for name, run in report["runs"].items():
+      if run.get("ensemble_accuracy") is None:
+        continue
+      verdict = ("beats" if run["ensemble_accuracy"] >
+                 run["best_member_accuracy"] else "does NOT beat")
+      lines.append(
+          f"{name:<10} ensemble test accuracy {run['ensemble_accuracy']:.4f} "
+          f"{verdict} its best member {run['best_member_accuracy']:.4f} "
+          f"(mean member {run['mean_member_accuracy']:.4f})")
+    return lines
 
 
 STRATEGY = Ensemble()

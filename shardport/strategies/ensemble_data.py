@@ -129,5 +129,15 @@ class EnsembleData(Ensemble):
         run.module.why_unavailable() for run in self.runs
         if run.module.why_unavailable() is not None))
 
+  def report_fields(self, config):
+    return {"members": config.members, "epochs": config.epochs}
+
+  def report_lines(self, report):
+    """The mesh, then the ensemble's test accuracy beside its members'."""
+    members = report["members"]
+    return [f"mesh: {members} members x {report['devices'] // members} data "
+            "devices, each member's batch split over its row",
+            *Ensemble.report_lines(self, report)]
+
 
 STRATEGY = EnsembleData()

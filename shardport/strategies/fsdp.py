@@ -26,6 +26,7 @@ import jax
 from jax import lax
 
 from shardport.strategies import negative_controls as controls
+from shardport.strategies import throughput
 from shardport.strategies.data_parallel import DataParallel
 from shardport.strategies.data_parallel import FINAL
 from shardport.strategies.data_parallel import Reference
@@ -162,6 +163,47 @@ class Fsdp(DataParallel):
                       controls.learning_rate_1pct),
       *controls.late_controls(),
   )
+
+  def report_lines(self, report):
+    """Each port's state per device against data_parallel's, its collectives
+    and its speed over data_parallel's."""
+    runs, n = report["runs"], report["devices"]
+    base = runs.get(BASELINE, {})
+    full = base.get("state_bytes_per_device")
+    lines = [_collectives_line(BASELINE, base)] if base else []
+    for name, run in runs.items():
+      mine = run.get("state_bytes_per_device")
+      if not mine or not full or name in (BASELINE, "reference"):
+        continue
+      ratio = mine / full
+      ok = ratio <= 1 / n + MEMORY_TARGET
+      lines.append(
+          f"{name:<13} params+opt state per device {mine} B = {ratio:.3f}x "
+          f"{BASELINE}'s {full} B (target <= 1/{n} + {MEMORY_TARGET:g} = "
+          f"{1 / n + MEMORY_TARGET:.3f}: {'met' if ok else 'NOT met'})")
+      lines.append(_collectives_line(name, run))
+      speed = throughput.throughput_ratio(
+          {**report, "throughput_pair": (BASELINE, name)})
+      if speed:
+        lines.append(
+            f"{'':<13} examples/s over {BASELINE}'s, window by window: "
+            f"median {speed['median']:.3f}, quartiles "
+            f"{speed['quartiles'][0]:.3f}-{speed['quartiles'][1]:.3f}")
+    return lines
+
+
+def _collectives_line(name, run):
+  """What one step of `run` all-gathers, reduce-scatters and all-reduces,
+  and any other collective the compiler chose."""
+  counts = run.get("collectives_per_step") or {}
+  sizes = run.get("collective_bytes_per_step") or {}
+  shown = ("all-gather", "reduce-scatter", "all-reduce")
+  shown += tuple(op for op in sizes if op not in shown and sizes[op])
+  parts = [f"{op} {counts.get(op, 0)} x = {sizes.get(op, 0) / 1024:.1f} KiB"
+           for op in shown]
+  total = sum(sizes.values()) / 1024
+  return (f"{name:<13} per step: {', '.join(parts)} (unsharded sizes; "
+          f"{total:.1f} KiB in all)")
 
 
 STRATEGY = Fsdp()

@@ -4,7 +4,8 @@ A strategy (data_parallel, ensemble, accumulation, ...) is a training
 program (`shardport.strategies.program`: its config, validation, calls per
 step, evaluation and summary) plus what `compare` needs to judge it: its runs
 and the pairs it compares, its tolerances with their reasons and its negative
-controls. Subclasses override only what differs from these defaults. What
+controls, and what it prints beyond the proof (read by the CLI alone: the
+engine proves a `Plan`). Subclasses override only what differs from these defaults. What
 every strategy trains, times and calibrates on is the same for all of them,
 and `compare` plans it (`compare._src.prove.strategy_plan`).
 """
@@ -92,3 +93,27 @@ class Strategy(Program):
     """The negative control called `name` (`NAME:N` for one that starts at
     optimiser step N)."""
     return negative_controls.chosen(self.negative_controls, name, self.name)
+
+  # --- what it prints: read by the CLI, never by the engine ----------------
+
+  loss_convention: ClassVar[str] = (
+      "train loss as the classic program reports it: the cross entropy "
+      "summed over each device's batch, averaged over devices (sum / "
+      "n_devices), so it grows with the per-device batch; test loss is the "
+      "mean per example")
+  plot_members: ClassVar[bool] = False  # `--plot` draws each member's
+
+  def report_fields(self, config) -> dict:
+    """Fields the CLI adds to the report's top level."""
+    del config
+    return {}
+
+  def run_fields(self, config, name: str) -> dict:
+    """Fields the CLI adds to run `name`'s entry in the report."""
+    del config, name
+    return {}
+
+  def report_lines(self, report: dict) -> list[str]:
+    """Printed lines only this strategy has, from the finished report."""
+    del report
+    return []

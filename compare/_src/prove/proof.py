@@ -21,8 +21,8 @@ from shardport.launch import files
 from shardport.strategies import negative_controls as controls
 
 EXIT_PASS, EXIT_DIFFER, EXIT_DIVERGED = 0, 1, 3
-# What a Port's reported losses are (our strategies' own say theirs:
-# `compare._src.strategy_reports`).
+# What a Port's reported losses are (our strategies say their own:
+# `Strategy.loss_convention`, added by the CLI).
 LOSS_CONVENTION = ("the train loss as the steps return it (pmap's averaged "
                    "over devices)")
 

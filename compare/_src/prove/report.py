@@ -7,7 +7,7 @@ import textwrap
 
 from compare._src.prove import equivalence
 from compare._src.prove import leaf_bands
-from compare._src.measure.speed_ratio import throughput_ratio
+from shardport.strategies.throughput import throughput_ratio
 
 SCHEMA = 2
 # Every line the report prints fits this many columns (issue 59); the JSON
