@@ -6,7 +6,9 @@ import numpy as np
 
 from compare._src.prove import outcome
 from compare._src.prove import runner
+from compare._src.prove import strategy_plan
 from shardport import strategies
+from shardport.workloads import datasets
 
 
 def test_calibration_band_is_the_largest_drift_of_its_runs():
@@ -21,8 +23,11 @@ def test_calibration_band_is_the_largest_drift_of_its_runs():
                   for i, (name, perturbation) in enumerate(
                       runner.CALIBRATIONS.items())]
   drift = {f"reference~{name}": curve for name, curve in curves.items()}
+  strategy = strategies.get("data_parallel")
+  data = datasets.load("linreg")
+  config = strategy.make_config({"workload": "linreg"}, data)
   report = outcome._calibration_report(  # pylint: disable=protected-access
-      strategies.get("data_parallel"), calibrations, drift)
+      strategy_plan.plan(strategy, config, data, 8), calibrations, drift)
   assert report["drift_per_step"] == [2e-8, 4e-8, 9e-8]
   assert [s["test_loss"] for s in report["summaries"]] == [1.0, 2.0, 3.0]
   assert "across the whole batch" in (

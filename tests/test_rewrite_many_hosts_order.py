@@ -11,9 +11,8 @@ must print what it prints, bitwise, on every process, in 2 processes x 4
 emulated devices. A rewrite that puts the processes in another order (the
 first step's `_pmap_mesh` or `--global`'s mesh with
 `key=lambda d: -d.process_index`) draws other masks on every device and
-gathers the losses in another order: this test fails on it. Three
-2-process jobs: 61 s measured on 2 cores shared with other jobs (load
-about 15).
+gathers the losses in another order: this test fails on it. The program
+and its two rewrites run in one 2-process job.
 
 A file that does not join `jax.distributed` runs on many processes only
 under the prover's launcher: `--global`'s mesh for such a file
@@ -26,7 +25,6 @@ the processes reversed fails that proof.
 import subprocess
 import sys
 
-import pytest
 
 from bench.probes import rewrite_many_hosts
 from shardport.launch import launcher
@@ -34,23 +32,21 @@ from shardport.launch import launcher
 PROGRAM = rewrite_many_hosts.INPUTS / "multihost_axis_index.py"
 
 
-@pytest.fixture(scope="module")
-def original():
-  """What the pmap program prints in 2 x 4, per process."""
-  printed = rewrite_many_hosts.run_job(PROGRAM, 2, 4)
+def test_each_step_of_the_rewrite_keeps_pmaps_device_order(tmp_path):
+  # The program and both steps' rewrites in one job: one start-up and one
+  # join (three jobs took about 40 s of CI's 2 cores).
+  ports = [rewrite_many_hosts.rewritten(PROGRAM, tmp_path, variant)
+           for variant in ("first step", "--global")]
+  assert len({port.stem for port in ports}) == 2, ports
+  runs = rewrite_many_hosts.run_programs(tmp_path, [PROGRAM, *ports], 2, 4)
+  original = [process[PROGRAM.stem] for process in runs]
   # 3 steps' lines and the learned parameters, the same on both processes,
   # with 8 devices' losses on each step's line: something to compare.
-  assert len(set(printed)) == 1, printed
-  assert len(printed[0].splitlines()) == 4, printed
-  assert printed[0].splitlines()[0].count(",") == 7, printed
-  return printed
-
-
-@pytest.mark.parametrize("variant", ["first step", "--global"])
-def test_each_step_of_the_rewrite_keeps_pmaps_device_order(
-    tmp_path, original, variant):
-  port = rewrite_many_hosts.rewritten(PROGRAM, tmp_path, variant)
-  assert rewrite_many_hosts.run_job(port, 2, 4) == original, variant
+  assert len(set(original)) == 1, original
+  assert len(original[0].splitlines()) == 4, original
+  assert original[0].splitlines()[0].count(",") == 7, original
+  for port in ports:
+    assert [process[port.stem] for process in runs] == original, port
 
 
 AXIS_INDEX = "tests/rewrite_inputs/tutorial_axis_index.py"

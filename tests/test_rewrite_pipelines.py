@@ -35,21 +35,6 @@ PLANTS = {
               "_x[:-1].reshape((-1,) + _x.shape[2:])"),
 }
 
-# Runs each program named on its command line as `python PROGRAM` does,
-# printing what it printed under a line naming it. The job is joined once:
-# a later program's `join()` sees no COORDINATOR (jax.distributed is
-# initialised once a process).
-_RUNNER = '''
-import contextlib, io, os, runpy, sys
-for path in sys.argv[1:]:
-  out = io.StringIO()
-  with contextlib.redirect_stdout(out):
-    runpy.run_path(path, run_name="__main__")
-  os.environ.pop("COORDINATOR", None)
-  print(f"=== {os.path.basename(path)}\\n{out.getvalue()}", end="")
-'''
-
-
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
   """Each program's `--global` rewrite, and the plants."""
@@ -72,23 +57,6 @@ def written(tmp_path_factory):
   paths[f"{GENERATOR}_plant"].write_text(text.replace(
       rewrite_many_hosts.GLOBAL_MESH, rewrite_many_hosts.LOCAL_MESH))
   return workdir, paths
-
-
-def _job(workdir, scripts, processes, devices) -> list[dict]:
-  """What each program printed, per process of the job."""
-  # `run_job` runs one script: the programs are written into it.
-  command = workdir / f"job_{processes}x{devices}.py"
-  programs = [str(script) for script in scripts]
-  command.write_text(f"import sys\nsys.argv[1:] = {programs!r}\n" + _RUNNER)
-  outputs = rewrite_many_hosts.run_job(command, processes, devices)
-  found = []
-  for out in outputs:
-    runs = {}
-    for chunk in out.split("=== ")[1:]:
-      name, _, printed = chunk.partition("\n")
-      runs[name.removesuffix(".py")] = printed
-    found.append(runs)
-  return found
 
 
 def test_the_written_programs_place_batches_where_made(written):
@@ -119,7 +87,7 @@ def test_every_number_equal_on_8_devices_and_each_plant_caught(written):
   originals = [INPUTS / f"{n}.py" for n in (STACKED, BATCHED)]
   ports = [paths[k] for k in (STACKED, BATCHED, f"{STACKED}_plant",
                               f"{BATCHED}_plant")]
-  (runs,) = _job(workdir, originals + ports, 1, 8)
+  (runs,) = rewrite_many_hosts.run_programs(workdir, originals + ports, 1, 8)
   for name in (STACKED, BATCHED):
     # Several lines of numbers each: the comparison is of something.
     assert len(runs[name].splitlines()) >= 4, runs[name]
@@ -133,8 +101,9 @@ def test_the_generator_fed_program_in_2_processes(written):
   mesh over one process's devices (each process averaging its own rows)
   does not."""
   workdir, paths = written
-  runs = _job(workdir, [INPUTS / f"{GENERATOR}.py", paths[GENERATOR],
-                        paths[f"{GENERATOR}_plant"]], 2, 4)
+  runs = rewrite_many_hosts.run_programs(
+      workdir, [INPUTS / f"{GENERATOR}.py", paths[GENERATOR],
+                paths[f"{GENERATOR}_plant"]], 2, 4)
   assert len(runs) == 2
   assert runs[0][GENERATOR] == runs[1][GENERATOR]
   assert len(runs[0][GENERATOR].splitlines()) == 4

@@ -14,7 +14,6 @@ show that the comparison can fail. Prints one row per run.
 """
 
 import argparse
-import os
 import pathlib
 import subprocess
 import sys
@@ -87,6 +86,39 @@ def run_job(script: pathlib.Path, processes: int, devices: int,
   for out_file, _ in workers:
     out_file.close()
   return outputs
+
+
+# Runs each program named on its command line as `python PROGRAM` does,
+# printing what it printed under a line naming it. The job is joined once:
+# a later program's `join()` sees no COORDINATOR (jax.distributed is
+# initialised once a process).
+_RUNNER = '''
+import contextlib, io, os, runpy, sys
+for path in sys.argv[1:]:
+  out = io.StringIO()
+  with contextlib.redirect_stdout(out):
+    runpy.run_path(path, run_name="__main__")
+  os.environ.pop("COORDINATOR", None)
+  print(f"=== {os.path.basename(path)}\\n{out.getvalue()}", end="")
+'''
+
+
+def run_programs(workdir: pathlib.Path, scripts, processes: int,
+                 devices: int) -> list[dict[str, str]]:
+  """Runs `scripts` one after another in one job (`run_job`): one start-up
+  and one join for all of them. Returns, per process, what each script
+  printed, by its file's stem."""
+  command = workdir / f"job_{processes}x{devices}.py"
+  programs = [str(script) for script in scripts]
+  command.write_text(f"import sys\nsys.argv[1:] = {programs!r}\n" + _RUNNER)
+  found = []
+  for out in run_job(command, processes, devices):
+    runs = {}
+    for chunk in out.split("=== ")[1:]:
+      name, _, printed = chunk.partition("\n")
+      runs[name.removesuffix(".py")] = printed
+    found.append(runs)
+  return found
 
 
 def rewritten(source: pathlib.Path, workdir: pathlib.Path,
