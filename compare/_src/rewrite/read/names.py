@@ -73,3 +73,20 @@ class References(cst.CSTVisitor):
 
   def visit_ImportFrom(self, node):
     return False  # `from jax import pmap` is not a use
+
+
+def own_nodes(fn, kind) -> list:
+  """The nodes of type `kind` in `fn`'s body, not in a nested def/lambda."""
+  found = []
+
+  class Own(cst.CSTVisitor):
+
+    def on_visit(self, node):
+      if isinstance(node, (cst.FunctionDef, cst.Lambda)) and node is not fn:
+        return False
+      if isinstance(node, kind):
+        found.append(node)
+      return True
+
+  fn.visit(Own())
+  return found

@@ -23,28 +23,13 @@ import libcst as cst
 from compare._src.rewrite.read import global_idioms
 from compare._src.rewrite.read import names
 from compare._src.rewrite.read.names import code_of
+from compare._src.rewrite.read.names import own_nodes
 
 # A stack of per-device batches: its rows are their concatenation.
 _STACKS = ("np.stack", "numpy.stack", "onp.stack")
 # The device count a pipeline stacks by: pmap maps this process's devices.
 _COUNTS = ("jax.local_device_count",)
 
-
-def _own(fn, kind) -> list:
-  """The nodes of type `kind` in `fn`'s body, not in a nested def/lambda."""
-  found = []
-
-  class Own(cst.CSTVisitor):
-
-    def on_visit(self, node):
-      if isinstance(node, (cst.FunctionDef, cst.Lambda)) and node is not fn:
-        return False
-      if isinstance(node, kind):
-        found.append(node)
-      return True
-
-  fn.visit(Own())
-  return found
 
 
 def count_names(module) -> set[str]:
@@ -162,7 +147,7 @@ def stackers(module) -> set[str]:
   module.visit(Defs())
   return {name for name, (fn, *more) in defs.items() if not more and any(
       y.value is not None and is_stack(y.value)
-      for y in _own(fn, (cst.Yield,)))}
+      for y in own_nodes(fn, (cst.Yield,)))}
 
 
 def is_device_batched(node, known) -> bool:
@@ -209,12 +194,12 @@ def _yielded(fn, value, known, counts) -> list | None:
   name = value.value
   params = {p.name.value for p in (*fn.params.params,
                                    *fn.params.kwonly_params)}
-  binds = [a for a in _own(fn, cst.Assign)
+  binds = [a for a in own_nodes(fn, cst.Assign)
            if any(name in _target_names(t.target) for t in a.targets)]
-  others = [n for n in _own(fn, (cst.For, cst.AugAssign, cst.AnnAssign,
+  others = [n for n in own_nodes(fn, (cst.For, cst.AugAssign, cst.AnnAssign,
                                  cst.NamedExpr)) if name in _target_names(
                                      n.target)] + [
-      w for w in _own(fn, (cst.WithItem,)) if w.asname is not None
+      w for w in own_nodes(fn, (cst.WithItem,)) if w.asname is not None
       and name in _target_names(w.asname.name)]
   if (name in params or others or not binds or any(
       len(a.targets) != 1 or not isinstance(a.targets[0].target, cst.Name)
@@ -243,7 +228,7 @@ def generators(module, known) -> tuple[set[str], set[int], set[int]]:
   module.visit(Defs())
   found, made = set(), set()
   for name, (fn, *more) in defs.items():
-    yields = _own(fn, (cst.Yield,))
+    yields = own_nodes(fn, (cst.Yield,))
     if more or not yields or any(
         y.value is None or isinstance(y.value, cst.From) for y in yields):
       continue
@@ -255,7 +240,7 @@ def generators(module, known) -> tuple[set[str], set[int], set[int]]:
   returned = set()
   for name, (fn, *more) in defs.items():
     # A function that returns the pipeline (flax's `create_input_iter`).
-    returns = [r.value for r in _own(fn, (cst.Return,))]
+    returns = [r.value for r in own_nodes(fn, (cst.Return,))]
     if not more and returns and name not in found and all(
         _iterates(r, known, found) for r in returns):
       found.add(name)

@@ -38,6 +38,7 @@ import libcst as cst
 from compare._src.rewrite.layouts import B, R, S
 from compare._src.rewrite.read.names import code_of
 from compare._src.rewrite.read.names import dotted
+from compare._src.rewrite.read.names import own_nodes
 
 REDUCERS = ("pmean", "psum", "pmax", "pmin", "all_gather")
 GRADIENTS = ("grad", "value_and_grad", "vjp")
@@ -76,23 +77,6 @@ def definitions(module) -> dict:
   return found
 
 
-def _own_nodes(fn, kind):
-  """The nodes of type `kind` in `fn`'s body, not in a nested def/lambda."""
-  found = []
-
-  class Own(cst.CSTVisitor):
-
-    def on_visit(self, node):
-      if isinstance(node, (cst.FunctionDef, cst.Lambda)) and node is not fn:
-        return False
-      if isinstance(node, kind):
-        found.append(node)
-      return True
-
-  fn.visit(Own())
-  return found
-
-
 def _is_reducer(node) -> bool:
   if not isinstance(node, cst.Call):
     return False
@@ -105,12 +89,12 @@ def reduced_outputs(fn) -> set:
   """Where `fn` (a step's function) returns a value it reduced over the
   axis: `{j}` of a returned tuple's elements, `{None}` for a single value;
   each a reducer's call or a name bound last, in the body itself, to one."""
-  returns = _own_nodes(fn, cst.Return)
+  returns = own_nodes(fn, cst.Return)
   if len(returns) != 1 or returns[0].value is None:
     return set()
   value = returns[0].value
   last = {}  # name -> the last assignment that binds it, in source order
-  for assign in _own_nodes(fn, cst.Assign):
+  for assign in own_nodes(fn, cst.Assign):
     for target in assign.targets:
       for name in ([target.target] if isinstance(target.target, cst.Name)
                    else [e.value for e in getattr(target.target, "elements",
@@ -137,7 +121,7 @@ def reduced_outputs(fn) -> set:
 def gradient_line(fn, functions, position, seen=()) -> tuple | None:
   """`(call, line)` of a gradient `fn` takes (`jax.grad`, `value_and_grad`,
   `vjp`), in its body or a function of the file it calls, else None."""
-  for call in _own_nodes(fn, cst.Call):
+  for call in own_nodes(fn, cst.Call):
     name = dotted(call.func)
     if name.rsplit(".", 1)[-1] in GRADIENTS:
       return name, position(call)
@@ -257,7 +241,7 @@ def per_device(fn, stacked_args, stacked_outs):
     return None
   lines = [f"{params[i].name.value} = "
            + UNSTACK.format(params[i].name.value) for i in stacked_args]
-  returns = _own_nodes(fn, cst.Return)
+  returns = own_nodes(fn, cst.Return)
   if stacked_outs and (len(returns) != 1 or returns[0].value is None):
     return None
 
