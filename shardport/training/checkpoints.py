@@ -13,7 +13,8 @@ save cut short is never listed) with two items:
   config, who wrote it), the optimiser step and the whole state's digest
   (`shardport.workloads.digest`).
 
-Restoring goes straight into a backend's layout: every leaf is restored onto
+A checkpoint a classic pmap program wrote, one copy per device, is read
+by `classic_checkpoints`. Restoring goes straight into a backend's layout: every leaf is restored onto
 the sharding the backend's own initial state has (the devices module's
 `checkpoint_target` / `from_checkpoint`), then takes that state's place.
 
@@ -34,20 +35,14 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
+from shardport.training import classic_checkpoints
 from shardport.training.run_records import CheckpointError
+from shardport.training.run_records import DamagedCheckpoint
 from shardport.training.run_records import check_same_run
 from shardport.workloads import canonical
 from shardport.workloads import digest
 
 STATE, RUN = "state", "run"
-
-class DamagedCheckpoint(ValueError):
-  """A step that cannot be read as this program's state; `why` says how."""
-
-  def __init__(self, step: int, why: str):
-    super().__init__(f"checkpoint step {step} is damaged ({why})")
-    self.why = why
-
 
 def saved_fields(state) -> dict:
   """What a checkpoint holds of `state`: its canonical fields but the step.
@@ -189,75 +184,19 @@ def _one_line(err: BaseException) -> str:
   return f"{type(err).__name__}: {text[0][:200] if text else ''}"
 
 
-def _is_classic(manager, step, target) -> int:
-  """The replica count if every leaf was saved with a leading device axis.
-
-  Raises:
-    DamagedCheckpoint: the array metadata is gone, or the arrays are not
-      this program's state (another count, or shapes that are neither the
-      state's nor the state's with one device axis).
-  """
-  metadata = manager.item_metadata(step)[STATE]
-  saved = [tuple(m.shape) for m in jax.tree.leaves(metadata)]
-  paths, wanted = zip(*[(jax.tree_util.keystr(p), tuple(t.shape)) for p, t
-                        in jax.tree_util.tree_leaves_with_path(target)])
-  if not saved:
-    # Orbax reads a step whose state/_METADATA is gone as an empty item.
-    raise DamagedCheckpoint(step, "its array metadata, state/_METADATA, is "
-                            "missing or unreadable")
-  if len(saved) != len(wanted):
-    raise DamagedCheckpoint(step, f"it holds {len(saved)} arrays, this "
-                            f"program's state {len(wanted)}")
-  if tuple(saved) == wanted:
-    return 0
-  replicas = {s[0] for s, w in zip(saved, wanted) if s[1:] == w}
-  if len(replicas) == 1 and all(s[1:] == w for s, w in zip(saved, wanted)):
-    return replicas.pop()
-  path, there, here = next(
-      ((p, s, w) for p, s, w in zip(paths, saved, wanted)
-       if w not in (s, s[1:])), ("", None, None))
-  raise DamagedCheckpoint(step, f"its array {path} has shape {there}, this "
-                          f"program's {here}" if path else "its arrays are "
-                          "neither this program's shapes nor those with one "
-                          "device axis")
-
-
-def _collapse_replicas(tree, step):
-  """One copy of a tree saved with a device axis; its replicas must agree.
-
-  Replicas that differ are fatal, not damage: the files read back whole
-  (damaged files fail to read or fail the digest), so the classic program
-  that wrote them let its replicas drift apart. That is a bug in the
-  writer, which its older checkpoints share: falling back would hide it.
-  """
-  def collapse(path, x):
-    x = np.asarray(x)
-    for i in range(1, len(x)):
-      if x[i].tobytes() != x[0].tobytes():
-        raise CheckpointError(
-            f"the checkpoint at step {step} holds one copy per device and "
-            f"they differ: {jax.tree_util.keystr(path)} replica {i} is not "
-            "replica 0")
-    return x[0]
-  return jax.tree_util.tree_map_with_path(collapse, tree)
-
-
 # region: restore
 def _restore_tree(manager, step, target):
   """The `state` item of `step` onto `target`'s shardings; classic or not."""
-  replicas = _is_classic(manager, step, target)
+  replicas = classic_checkpoints.replica_count(
+      manager.item_metadata(step)[STATE], target, step)
   if not replicas:
     restored = manager.restore(step, args=ocp.args.Composite(**{
         STATE: ocp.args.StandardRestore(target)}))
     return restored[STATE], False
-  # A classic pmap program saved its replicated state without unreplicate:
-  # read every replica (on one device), check they agree, keep one.
-  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-  stacked = jax.tree.map(lambda t: jax.ShapeDtypeStruct(
-      (replicas, *t.shape), t.dtype, sharding=device), target)
+  stacked = classic_checkpoints.stacked_target(target, replicas)
   restored = manager.restore(step, args=ocp.args.Composite(**{
       STATE: ocp.args.StandardRestore(stacked)}))
-  host = _collapse_replicas(restored[STATE], step)
+  host = classic_checkpoints.collapse_replicas(restored[STATE], step)
   return jax.tree.map(lambda h, t: jax.device_put(h, t.sharding), host,
                       target), True
 

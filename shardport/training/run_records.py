@@ -5,7 +5,10 @@ Every checkpoint's `run` item is a run record (`run_record`): the strategy
 and config, the backend and device count that wrote it. A run continues only
 from a record of the same run (`check_same_run`): the same strategy, or one
 the program names in `restores` (the same state in the same layout), and
-the same config but for what `MAY_DIFFER`.
+the same config but for what `MAY_DIFFER`. A checkpoint this run must
+not continue from raises `CheckpointError`; one that cannot be read as this
+program's state, `DamagedCheckpoint` (the caller falls back to an older
+one).
 """
 
 import dataclasses
@@ -20,6 +23,14 @@ MAY_DIFFER = ("steps", "epochs", "member_loop", "accum_loop")
 
 class CheckpointError(ValueError):
   """A checkpoint that this run must not continue from (exit 2)."""
+
+
+class DamagedCheckpoint(ValueError):
+  """A step that cannot be read as this program's state; `why` says how."""
+
+  def __init__(self, step: int, why: str):
+    super().__init__(f"checkpoint step {step} is damaged ({why})")
+    self.why = why
 
 
 def run_record(strategy: str, config, backend: str, n_devices: int,
