@@ -77,8 +77,12 @@ def port_step(mesh):
 
 
 def restore_in_port(workdir, mesh):  # the port's own state, then the saved
-  like = jax.device_put(make_state(jax.random.key(1)),  # typed key
+  # A typed key is placed as its data: on many processes device_put
+  # refuses a key array (it lives on one device) but spreads its data.
+  like = make_state(jax.random.key(1))
+  like = jax.device_put(like.replace(rng=jax.random.key_data(like.rng)),
                         NamedSharding(mesh, P()))
+  like = like.replace(rng=jax.random.wrap_key_data(like.rng))
   with ocp.StandardCheckpointer() as checkpointer:
     raw = checkpointer.restore(workdir)  # no target: as saved, [8, ...]
   return compare.from_pmap_checkpoint(raw, like)
