@@ -19,7 +19,10 @@ brings the tree, the static fields and the shardings):
 
 Every process reads the same checkpoint, so each leaf is placed with
 `jax.device_put` on `like`'s sharding (which asserts the value is the same
-on every process). Nothing else is changed: a leaf of another shape, or one
+on every process); a key's `uint32` data is placed first and wrapped there,
+since a typed key wrapped on the host is an array on one device, which
+`jax.device_put` refuses to spread over other processes' devices (jax
+0.10.2, 2 processes: `tests/test_trainstate_port.py`). Nothing else is changed: a leaf of another shape, or one
 missing, is refused with a ValueError naming it.
 """
 
@@ -84,10 +87,12 @@ def _leaf(path, like, saved):
   if value.dtype != data.dtype:
     raise ValueError(f"{name}: saved dtype {value.dtype}, the port's is "
                      f"{data.dtype}")
+  sharding = getattr(data, "sharding", None)
+  if sharding is not None:  # placed before a key is wrapped: see below
+    value = jax.device_put(value, sharding)
   if is_key:
     value = jax.random.wrap_key_data(value, impl=jax.random.key_impl(like))
-  sharding = getattr(like, "sharding", None)
-  return value if sharding is None else jax.device_put(value, sharding)
+  return value
 
 
 def from_pmap_checkpoint(saved, like):

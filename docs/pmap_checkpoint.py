@@ -8,7 +8,9 @@ calls, mid-accumulation. The port (`port_step`, `restore_in_port`) holds a
 typed key and a replicated state on a mesh, and restores that checkpoint
 with `compare.from_pmap_checkpoint`. `continue_both` runs both on from the
 checkpoint; `tests/test_pmap_checkpoints.py` checks they stay bitwise equal
-(XLA:CPU, 8 emulated devices, jax 0.10.2).
+(XLA:CPU, 8 emulated devices, jax 0.10.2), and `tests/test_trainstate_port.py`
+that `restore_in_port` in 2 processes x 4 devices (gloo) restores every
+leaf bitwise as one process does.
 
     python -m docs.pmap_checkpoint   # prints the two runs' last losses
 """
@@ -77,8 +79,12 @@ def port_step(mesh):
 
 
 def restore_in_port(workdir, mesh):  # the port's own state, then the saved
-  like = jax.device_put(make_state(jax.random.key(1)),  # typed key
+  # A typed key is placed as its data: on many processes device_put
+  # refuses a key array (it lives on one device) but spreads its data.
+  like = make_state(jax.random.key(1))
+  like = jax.device_put(like.replace(rng=jax.random.key_data(like.rng)),
                         NamedSharding(mesh, P()))
+  like = like.replace(rng=jax.random.wrap_key_data(like.rng))
   with ocp.StandardCheckpointer() as checkpointer:
     raw = checkpointer.restore(workdir)  # no target: as saved, [8, ...]
   return compare.from_pmap_checkpoint(raw, like)

@@ -150,6 +150,20 @@ CALLS = {
         "p = port(steps=2)\n"
         "assert p.steps == 2 and p.mesh.size == 8\n"
         "assert callable(reference_step(8))\n"),
+    "MORE-IDIOMS.md#ensemble-members": (
+        "mesh = jax.make_mesh((8,), ('ensemble',),\n"
+        "                     axis_types=(AxisType.Auto,))\n"
+        "x = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)\n"
+        "y = (np.arange(16) % 10).astype(np.int32)\n"
+        "old = member_states(jax.random.key(0), 8, x[:1])\n"
+        "new = jax.device_put(old, NamedSharding(mesh, P('ensemble')))\n"
+        "pmapped, port = ensemble_steps(mesh)\n"
+        "for _ in range(2):\n"
+        "  (old, l0), (new, l1) = pmapped(old, x, y), port(new, x, y)\n"
+        "  assert l0.shape == (8,) and np.array_equal(l0, l1)\n"
+        "assert all(np.array_equal(a, b) for a, b in\n"
+        "           zip(jax.tree.leaves(old), jax.tree.leaves(new)))\n"
+        "assert int(new.step[0]) == 2\n"),
     "MORE-IDIOMS.md#staged": _MESH + (
         "devs = pmap_devices()\n"
         "stacked = put_replicated(np.arange(3.0), devs)\n"

@@ -12,9 +12,14 @@ on each, at the part named.
 
 runs `check` and then every plant in this process (or job), printing
 `bitwise LEAVES` and one `plant NAME fails at PART` line per plant, or
-`plant NAME passes` where a plant went unnoticed.
+`plant NAME passes` where a plant went unnoticed. With `--pmap-checkpoint
+PATH` (a checkpoint `docs.pmap_checkpoint.pmap_program` wrote) it then
+restores it into the port through `compare.from_pmap_checkpoint` and
+prints `pmap checkpoint SHA256` of every bit of the restored state.
 """
 
+import argparse
+import hashlib
 import sys
 from unittest import mock
 
@@ -24,6 +29,7 @@ import numpy as np
 from jax.sharding import AxisType
 from jax.sharding import Mesh
 
+from docs import pmap_checkpoint
 from docs import trainstate_port as program
 
 # The right bodies, which the plants wrap while they stand in for them.
@@ -69,16 +75,43 @@ def planted(name):
   return mock.patch.object(program, body, mistake)
 
 
+def restored_digest(path, mesh):
+  """The sha256 of a pmap program's checkpoint restored into its port.
+
+  Args:
+    path: What `docs.pmap_checkpoint.pmap_program` saved (stacked copies,
+      a raw `uint32[2]` key, `optax.MultiSteps` mid-accumulation).
+    mesh: The port's mesh, over every process's devices.
+
+  Returns:
+    The hex digest of every leaf's bits (a typed key's data), the same on
+    every process and in a job of one process when the restore is right;
+    AssertionError if the copies one process holds differ.
+  """
+  state = pmap_checkpoint.restore_in_port(path, mesh)
+  assert jax.dtypes.issubdtype(state.rng.dtype, jax.dtypes.prng_key)
+  digest = hashlib.sha256()
+  for copies in program.host_bits(state):  # replicated: each is the whole
+    assert all(np.array_equal(copies[0], c) for c in copies[1:])
+    digest.update(f"{copies[0].dtype}{copies[0].shape}".encode())
+    digest.update(copies[0].tobytes())
+  return digest.hexdigest()
+
+
 def main(argv=None):
   """Joins the job, runs `check` and then each plant, one line each.
 
   Args:
     argv: docs.trainstate_port's flags (`--workdir`, and for a job of many
-      processes `--coordinator`, `--num-processes`, `--process-id`).
+      processes `--coordinator`, `--num-processes`, `--process-id`), and
+      `--pmap-checkpoint PATH`.
 
   Returns:
     0; a plant that passes is printed, for the caller to judge.
   """
+  parser = argparse.ArgumentParser(add_help=False)
+  parser.add_argument("--pmap-checkpoint")
+  ours, argv = parser.parse_known_args(argv)
   workdir = program.join(argv, __doc__.splitlines()[0])
   leaves, _ = program.check(workdir=f"{workdir}/port")
   print(f"bitwise {leaves}", flush=True)
@@ -89,6 +122,9 @@ def main(argv=None):
       print(f"plant {name} passes", flush=True)
     except AssertionError as error:
       print(f"plant {name} fails at {error.args[0][0]}", flush=True)
+  if ours.pmap_checkpoint:
+    digest = restored_digest(ours.pmap_checkpoint, program.process_mesh())
+    print(f"pmap checkpoint {digest}", flush=True)
   return 0
 
 
