@@ -22,8 +22,9 @@ Every process reads the same checkpoint, so each leaf is placed with
 on every process); a key's `uint32` data is placed first and wrapped there,
 since a typed key wrapped on the host is an array on one device, which
 `jax.device_put` refuses to spread over other processes' devices (jax
-0.10.2, 2 processes: `tests/test_trainstate_port.py`). Nothing else is changed: a leaf of another shape, or one
-missing, is refused with a ValueError naming it.
+0.10.2, 2 processes: `tests/test_trainstate_port.py`). Nothing else is
+changed: a leaf of another shape, or one missing, is refused with a
+ValueError naming it.
 """
 
 import jax
