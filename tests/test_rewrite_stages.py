@@ -59,3 +59,32 @@ def test_each_stage_package_says_what_comes_in_and_goes_out():
     doc = ast.get_docstring(ast.parse(
         (REWRITE / package / "__init__.py").read_text())) or ""
     assert "Stage" in doc and " in" in doc and " out" in doc, package
+
+
+def _writers_built_on_others(root) -> list[str]:
+  """Classes of the write stage with a base other than LibCST's: a writer
+  built on another writer, handing it state by overridden hooks (issue
+  73: each step's writer composes its parts instead)."""
+  bad = []
+  for path in sorted((root / "write").rglob("*.py")):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.ClassDef):
+        bad += [f"{path.relative_to(root)}: {node.name}({ast.unparse(b)})"
+                for b in node.bases
+                if not ast.unparse(b).startswith("cst.")]
+  return bad
+
+
+def test_no_writer_inherits_another():
+  assert _writers_built_on_others(REWRITE) == []
+
+
+def test_the_check_sees_a_writer_built_on_another(tmp_path):
+  # Negative control: the chain issue 73 removed (a step's writer as a
+  # subclass of the first step's) is seen; a LibCST transform is not.
+  (tmp_path / "write").mkdir()
+  (tmp_path / "write" / "x.py").write_text(
+      "class A(cst.CSTTransformer):\n  pass\n"
+      "class B(rewrite_pmap.PmapRewriter):\n  pass\n")
+  assert _writers_built_on_others(tmp_path) == [
+      "write/x.py: B(rewrite_pmap.PmapRewriter)"]

@@ -11,11 +11,14 @@ the models: one transform per visitor, every change a typed record):
 - `read/`: the source in, what it says out (pmap's uses and arguments, the
   program's steps, calls, bindings and reads); nothing written.
 - `plan/`: the reading in, each step's layout out (`global_layouts`), or
-  the places the global step cannot take; the Port's declared layout.
+  the places the global step cannot take; each step's specs
+  (`step_specs`); the Port's declared layout.
 - `write/`: the module and its plan in, the written code and its findings
-  out: the first step (`rewrite_pmap`), the global step without helpers
-  (`global_plain`) or with them (`global_rewriter`), the tidying; each
-  written port recorded as a `Port` (its bound name, the names its
+  out: one writer per step, each a LibCST transform composed of parts
+  (the pmaps' sites, the placements), none built on another: the first
+  step (`rewrite_pmap`), the global step (`global_rewriter`: without
+  helpers, `global_plain`, or with them, `global_step`), the tidying;
+  each written port recorded as a `Port` (its bound name, the names its
   function names, its axes and specs).
 - `pipeline`: the stages in order for one source: `rewrite_source` (the
   first step), `rewrite_global_source` (both steps, `--global`).

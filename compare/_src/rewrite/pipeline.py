@@ -5,7 +5,7 @@ each pmap (`write.rewrite_pmap`), add the helpers (`write.imports`).
 `rewrite_global_source` is both steps (`--global`): a first step's output
 read back (`read.first_step_undone`), the first step, the program read and
 planned (`plan.global_layouts`), the global step written without helpers
-(`write.global_plain`) or with them (`write.global_rewriter`) and tidied
+(`write.global_step`, one writer: `write.global_rewriter`) and tidied
 (`write.global_tidy`); where refused, retried with each function nothing
 calls set aside (`read.global_uncalled`). A file whose pmaps are all flax
 NNX's or equinox's (no jax.pmap) is ported whole, in either step, by
@@ -52,8 +52,7 @@ from compare._src.rewrite.read import other_pmaps
 from compare._src.rewrite.records import Finding
 from compare._src.rewrite.records import Kind
 from compare._src.rewrite.records import Subject
-from compare._src.rewrite.write import global_plain
-from compare._src.rewrite.write import global_rewriter
+from compare._src.rewrite.write import global_step
 from compare._src.rewrite.write import global_tidy
 from compare._src.rewrite.write import global_written
 from compare._src.rewrite.write import imports
@@ -92,7 +91,8 @@ def rewrite_source(source: str, path: str = "<string>") -> records.Rewrite:
     return _no_pmap(module, source, path)
   rewriter = rewrite_pmap.PmapRewriter(aliases, path)
   new = wrapper.visit(rewriter)
-  findings = list(rewriter.findings)
+  written = rewriter.written
+  findings = list(written.findings)
   seen = {f.line for f in findings if f.kind in (Kind.CHANGED, Kind.PERSON)}
   findings += [Finding(line, Kind.PERSON, "jax.pmap used as a value (not "
                        "called or a decorator): rewrite it by hand")
@@ -101,12 +101,12 @@ def rewrite_source(source: str, path: str = "<string>") -> records.Rewrite:
                        "as a value (not called): replace it by hand "
                        "(docs/MIGRATION.md#staged)")
                for line in sorted(set(references.removed) - seen)]
-  helped = bool(rewriter.changed or rewriter.uses_put)
-  code = (imports.with_imports(new.code, module, rewriter.uses_static,
-                               rewriter.uses_put) if helped else source)
+  helped = bool(written.changed or written.uses_put)
+  code = (imports.with_imports(new.code, module, written.uses_static,
+                               written.uses_put) if helped else source)
   return records.Rewrite(code, tuple(sorted(findings, key=lambda f: f.line)),
-                         tuple(rewriter.ports), imports.helpers_defined(
-                             rewriter.uses_static, rewriter.uses_put)
+                         tuple(written.ports), imports.helpers_defined(
+                             written.uses_static, written.uses_put)
                          if helped else ())
 
 
@@ -120,21 +120,22 @@ def _axis_of(module, aliases, line, path):
   meshes is laid out on the devices as on any other (jit takes it as it
   is), so the placements name one: the axis most pmaps name.
   """
+  # The first step's writing reads each pmap's axis (`pmap_sites.Written`).
   reader = rewrite_pmap.PmapRewriter(aliases, path)
-  wrapper = metadata.MetadataWrapper(module)
-  wrapper.visit(reader)
-  axes = set(reader.axes) | ({"devices"} if reader.unnamed else set())
+  metadata.MetadataWrapper(module).visit(reader)
+  read = reader.written
+  axes = set(read.axes) | ({"devices"} if read.unnamed else set())
   if "*" in axes:
     return None, [global_layouts.Blocker(line, (
         "a pmap's axis_name is an expression, not a string: the global "
         "step writes the mesh's axis by name; give it the name"))], []
-  named = reader.axes + ["devices"] * reader.unnamed
+  named = read.axes + ["devices"] * read.unnamed
   axis = max(sorted(axes), key=named.count)
   if len(axes) == 1:
     return f"\"{axis}\"", [], []
   return f"\"{axis}\"", [], [Finding(line, Kind.CHANGED, (
       f"{AXES}{len(axes)} axes ({sorted(axes)}"
-      + ("; 'devices' is a pmap's that names none" if reader.unnamed
+      + ("; 'devices' is a pmap's that names none" if read.unnamed
          else "") + "), none inside another: each step a 1-D mesh of the "
       f"local devices named as its pmap's axis; placements on '{axis}''s "
       "(the same devices, in the same order)"), Subject.AXES)]
@@ -240,10 +241,10 @@ def _both_steps(source, path, declared) -> records.Rewrite:
   aliases = names.pmap_aliases(module)
   axis, blockers, axes_finding = _axis_of(
       module, aliases, min((p.line for p in first.ports), default=1), path)
-  rewriter = rewrite_pmap.PmapRewriter(aliases, path)
   wrapper = metadata.MetadataWrapper(module)
   steps, replace, known, found, shadowed, notes = global_layouts.read(
-      wrapper, rewriter.builds_pmap, rewriter.is_pmap_decorator,
+      wrapper, lambda node: names.builds_pmap(node, aliases),
+      lambda expr: names.is_pmap_decorator(expr, aliases),
       declared and declared.name, global_written.reduced_by_line(
           wrapper, first.ports))
   blockers += found
@@ -260,32 +261,28 @@ def _both_steps(source, path, declared) -> records.Rewrite:
   findings = declared_findings + axes_finding + [
       Finding(line, Kind.CHANGED, text, Subject.PUBLIC)
       for line, text in notes]
-  written = global_plain.write(wrapper, module, first, steps, replace, axis,
-                               known, declared, len(axes_finding), source,
-                               aliases)
-  if written is not None and not isinstance(written, str):
-    code, writer = written
-    code, removed = global_tidy.tidied(source, code)
+  plain = global_step.plain(wrapper, module, first, steps, replace, axis,
+                            known, declared, len(axes_finding), source,
+                            aliases)
+  if isinstance(plain, global_step.Plain):
+    code, removed = global_tidy.tidied(source, plain.code)
     return records.Rewrite(code, tuple(sorted(
-        writer.findings + findings + removed
-        + global_tidy.findings(source, code, writer.ports, wrapper),
-        key=lambda f: f.line)), tuple(writer.ports), writer.defined,
-                           writer.mesh_after_join)
-  if isinstance(written, str):  # the helpers stay: why
+        plain.findings + findings + removed
+        + global_tidy.findings(source, code, plain.ports, wrapper),
+        key=lambda f: f.line)), tuple(plain.ports), plain.defined,
+                           plain.mesh_after_join)
+  if isinstance(plain, str):  # the helpers stay: why
     findings.insert(len(declared_findings), Finding(
-        min(p.line for p in first.ports), Kind.KEPT, written))
-  writer = global_rewriter.GlobalRewriter(aliases, steps, replace, axis,
-                                          known, declared and declared.name)
-  new = wrapper.visit(writer)
-  if writer.blockers:
+        min(p.line for p in first.ports), Kind.KEPT, plain))
+  code, written = global_step.with_helpers(wrapper, module, aliases, steps,
+                                           replace, axis, known, declared)
+  if written.blockers:
     return dataclasses.replace(first, findings=first.findings + tuple(
-        _place(b) for b in writer.blockers))
+        _place(b) for b in written.blockers))
   return records.Rewrite(
-      imports.with_imports(new.code, module, writer.uses_static,
-                           writer.uses_put),
-      tuple(sorted(writer.findings + findings, key=lambda f: f.line)),
-      tuple(writer.ports), imports.helpers_defined(writer.uses_static,
-                                                   writer.uses_put))
+      code, tuple(sorted(written.findings + findings, key=lambda f: f.line)),
+      tuple(written.ports), imports.helpers_defined(written.uses_static,
+                                                    written.uses_put))
 
 
 def _first_step_only(first) -> records.Rewrite | None:

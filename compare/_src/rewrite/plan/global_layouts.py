@@ -23,7 +23,8 @@ nested function's read of the enclosing one's value, any of its bindings).
 A value
 whose layout cannot be told, or that is read in a way the global layout
 changes, is a `Blocker` with its line and reason: the global step is then
-not written for the file.
+not written for the file. Which bindings a read sees is `reaching`'s rule;
+how a step's outputs are read, hence laid out, `step_outputs`'.
 """
 
 
@@ -36,6 +37,8 @@ from compare._src.rewrite.layouts import CYCLE
 from compare._src.rewrite.layouts import R
 from compare._src.rewrite.layouts import S
 from compare._src.rewrite.layouts import StepLayout
+from compare._src.rewrite.plan import reaching
+from compare._src.rewrite.plan import step_outputs
 from compare._src.rewrite.read import global_calls
 from compare._src.rewrite.read import global_handed
 from compare._src.rewrite.read import global_reader
@@ -60,54 +63,9 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
     self.read_per_device = {}
     self.reduced_reads = set()  # ids of `x[0]`'s x: a reduced output
 
-  def _assigns(self, scope, name):
-    """The scope whose binding of `name` a read in `scope` sees (its own,
-    an enclosing function's, the module's) and that scope's bindings."""
-    while scope != "<module>":
-      found = self.r.assigns.get((scope, name))
-      if found is not None or name in self.r.params.get(scope, ()):
-        return scope, found or []
-      scope = self.r.parents.get(scope, "<module>")
-    return scope, self.r.assigns.get((scope, name), [])
-
   def reaching(self, scope, name, line):
-    """The bindings of `name` whose value a read at `line` may see: in a
-    function nested in the one that binds it, any (the closure reads the
-    value when it is called, not where it is written)."""
-    own, (scope, assigns) = scope, self._assigns(scope, name)
-    if scope not in (own, "<module>"):
-      # A nested function runs after its def: the bindings reaching that
-      # line, or any later (all where the def is not one in view).
-      line = self.r.def_line_in(own, scope)
-      return scope, assigns if line is None else self.reaching(
-          scope, name, line)[1] + [a for a in assigns if a.line > line]
-    # A binding whose statement ends at or after the read (the read in
-    # its own right-hand side, on any of its lines) is a later one.
-    prior = [a for a in assigns if a.end < line]
-    if not prior:
-      return scope, [a for a in assigns if a.end >= line][-1:] if (
-          self._in_loop(scope, line)) else []
-    # A binding in a block that may not have run (an `if`, a `try`) leaves
-    # the one before it in play.
-    at = len(prior) - 1
-    while at > 0 and self._conditional(scope, prior[at], line):
-      at -= 1
-    chosen = prior[at:]
-    loop = self._in_loop(scope, line)
-    if loop and chosen[-1].line < loop[0]:
-      return scope, chosen + [a for a in assigns
-                              if a.end >= line and a.line <= loop[1]]
-    return scope, chosen
-
-  def _conditional(self, scope, assign, line) -> bool:
-    """Whether `assign` is in a block that may not run and that does not
-    hold the read at `line`."""
-    return any(start <= assign.line <= end and not start <= line <= end
-               for start, end in self.r.suites.get(scope, ()))
-
-  def _in_loop(self, scope, line):
-    loops = [l for l in self.r.loops.get(scope, ()) if l[0] <= line <= l[1]]
-    return max(loops, default=None)
+    """The bindings of `name` a read at `line` may see (`reaching`)."""
+    return reaching.reaching(self.r, scope, name, line)
 
   def kind(self, scope, name, line, depth=0, strict=True):
     """R, B, S, "biter", CONFLICT (a `Blocker` added), or None (cannot
@@ -130,7 +88,7 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
       return kinds.pop()
     placed = kinds & {R, B, "biter", CONFLICT}
     if not placed and (not strict or any(
-        self._conditional(scope, a, line) for a in bindings)):
+        reaching.conditional(self.r, scope, a, line) for a in bindings)):
       # Values the global step does not place, from either side of an
       # `if` (inside a pmapped body, say): what they were, as before.
       return None if None in kinds or not strict else S
@@ -186,59 +144,8 @@ class _Layouts(global_calls.Followed, global_handed.Handed):
     return found
 
   def _reads_of(self, scope, name, binding):
-    """The reads of `name` that `binding` reaches."""
-    return [read for read in self.r.reads
-            if read[1] == name and self._assigns(read[0], name)[0] == scope
-            and binding in self.reaching(read[0], name, read[2])[1]]
-
-  def resolve_outputs(self):
-    sites = {}  # (step, j) -> {kind: line}
-    for (scope, name), assigns in self.r.assigns.items():
-      for a in assigns:
-        if not (isinstance(a.kind, tuple) and a.kind[0] == "out"
-                and a.kind[1] in self.r.steps):
-          continue
-        reads = self._reads_of(scope, name, a)
-        # Not `x[0]`: of a tuple it is the first element, stacked, not one
-        # device's copy, and which it is shows only when it runs; kept
-        # stacked, the output reads as it did whichever it is.
-        # Given to a function, `.replace`d or returned, it is followed
-        # (`global_calls.read_as_one`) to each read of where it goes.
-        failing = next((r for r in reads if not self.read_as_one(r)), None)
-        if failing is not None and self.reduced_reads_of(a.kind[1:], reads):
-          failing = None
-        if failing is not None:
-          self.read_per_device[a.kind[1:]] = failing[2]
-        # By the line that reads it; an output read nowhere here (`_`)
-        # asks for no layout, and takes pmap's where no call reads it.
-        found = sites.setdefault(a.kind[1:], {})
-        if reads:
-          found.setdefault(S if failing else R, (failing or reads[0])[2])
-    for name, line, scope, root in self.r.inline:
-      # Put into `state.replace(...)`: it goes where that goes.
-      sites.setdefault((name, None), {}).setdefault(R if self.read_as_one(
-          (scope, root.value, line, {"replace"}, root)) else S, line)
-    for step in self.r.steps.values():
-      keys = [j for (name, j) in sites if name == step.name]
-      if not keys:
-        continue
-      if None in keys and len(keys) > 1:
-        self.blockers.append(Blocker(step.line, (
-            f"{step.name}'s output is unpacked at some calls and kept whole "
-            "at others: unpack it alike")))
-        continue
-      outs = [S] * (max(keys) + 1) if None not in keys else S
-      for j in keys:
-        kinds = sites[(step.name, j)] or {S: None}
-        if len(kinds) > 1:
-          self.blockers.append(Blocker(max(kinds.values()), (
-              f"output {j} of {step.name} is read as one value at line "
-              f"{kinds[R]} and per device at line {kinds[S]}")))
-        elif j is not None:
-          outs[j] = next(iter(kinds))
-        else:  # one output, kept whole
-          outs = next(iter(kinds))
-      step.outs = outs
+    """The reads of `name` that `binding` reaches (`reaching`)."""
+    return reaching.reads_of(self.r, scope, name, binding)
 
   def expression_kind(self, scope, node, line, depth=0):
     if is_replicate_call(node, self.r.known):
@@ -386,7 +293,7 @@ def read(wrapper, builds_pmap, is_pmap_decorator, declared=None,
                     for name, step in reader.steps.items()}
   layouts = _Layouts(reader)
   layouts.follow_handed_steps()
-  layouts.resolve_outputs()
+  step_outputs.resolve(layouts)
   layouts.resolve_arguments()
   layouts.check_reads()
   layouts.check_returns()

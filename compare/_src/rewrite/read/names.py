@@ -2,7 +2,8 @@
 
 What comes in: a module (or a node) parsed by LibCST. What goes out: the
 dotted name of an expression, whether it is `jax.pmap` (or a name bound to
-it), and the lines where pmap, or a call jax 0.10 removed, is used at all.
+it) or builds one (a call, a decorator, `functools.partial(jax.pmap, ...)`),
+and the lines where pmap, or a call jax 0.10 removed, is used at all.
 """
 
 import libcst as cst
@@ -29,6 +30,28 @@ def code_of(node) -> str:
 def is_pmap(node, aliases) -> bool:
   name = dotted(node)
   return name in aliases or name == "jax.pmap"
+
+
+def is_partial(node) -> bool:
+  """Whether `node` names functools.partial."""
+  return dotted(node) in ("functools.partial", "partial")
+
+
+def is_partial_pmap(expr, aliases) -> bool:
+  """Whether `expr` is `functools.partial(jax.pmap, ...)`."""
+  return (isinstance(expr, cst.Call) and is_partial(expr.func)
+          and bool(expr.args) and is_pmap(expr.args[0].value, aliases))
+
+
+def builds_pmap(node, aliases) -> bool:
+  """Whether `node` calls jax.pmap or functools.partial(jax.pmap, ...)."""
+  return isinstance(node, cst.Call) and (
+      is_pmap(node.func, aliases) or is_partial_pmap(node.func, aliases))
+
+
+def is_pmap_decorator(expr, aliases) -> bool:
+  """Whether a decorator is jax.pmap or functools.partial(jax.pmap, ...)."""
+  return is_pmap(expr, aliases) or is_partial_pmap(expr, aliases)
 
 
 def pmap_aliases(module) -> set[str]:

@@ -6,13 +6,85 @@ constant of a module it imports (`from mypkg import axes` ... `axes.BATCH`,
 or `from mypkg.axes import BATCH`), read from that module's source beside
 the file (nothing is imported or run); any other expression is `"*"` (any collective may name it, and the global step cannot
 write the mesh's axis by name). `in_axes`/`out_axes` and argnums: literals
-only.
+only. The arguments of a pmap by name (`arguments`), or why a person reads
+them; the axes a pmap-building call names (`axis_nodes`); the names a mapped
+function's expression reads (`mapped_names`).
 """
 
+import dataclasses
 import pathlib
 
 import libcst as cst
 from libcst import metadata
+
+from compare._src.rewrite.read.names import is_pmap
+from compare._src.rewrite.records import Finding
+from compare._src.rewrite.records import Kind
+
+# pmap's parameters, positional order first.
+_POSITIONAL = ("fun", "axis_name")
+_KNOWN = {"fun", "axis_name", "in_axes", "out_axes", "donate_argnums",
+          "devices", "static_broadcasted_argnums", "axis_size", "backend"}
+_FOR_A_PERSON = {
+    "axis_size": "axis_size: pmap over a given axis size has no devices to "
+    "build a mesh from",
+    "backend": "backend: the mesh's devices choose the backend"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Arguments:
+  """A pmap's arguments as read: `named` by parameter (None where a person
+  reads them: `finding` says why), and the `axis_name` node where the
+  arguments name one (read even where a person then reads the rest)."""
+
+  named: dict | None
+  axis: cst.BaseExpression | None = None
+  finding: Finding | None = None
+
+
+def arguments(args, line: int) -> Arguments:
+  """pmap's arguments `args` (LibCST `Arg`s) by name, at `line`."""
+  named = {}
+  for i, arg in enumerate(args):
+    if arg.star:
+      return Arguments(None, finding=Finding(
+          line, Kind.PERSON, "pmap's arguments unpacked with */**: cannot "
+          "read them"))
+    key = arg.keyword.value if arg.keyword else (
+        _POSITIONAL[i] if i < len(_POSITIONAL) else None)
+    if key not in _KNOWN:
+      return Arguments(None, finding=Finding(
+          line, Kind.PERSON, f"pmap argument {key or i} is not one pmap "
+          "takes"))
+    named[key] = arg.value
+  axis = named.get("axis_name")
+  for key, why in _FOR_A_PERSON.items():
+    if key in named:
+      return Arguments(None, axis, Finding(line, Kind.PERSON, why))
+  return Arguments(named, axis)
+
+
+def axis_nodes(call, aliases) -> list:
+  """The axes a pmap-building call names (keyword, or second positional
+  argument of jax.pmap), as nodes."""
+  args = list(call.args) if is_pmap(call.func, aliases) else list(
+      call.func.args)
+  return [arg.value for i, arg in enumerate(args)
+          if (arg.keyword and arg.keyword.value == "axis_name") or (
+              not arg.keyword and i == 1 and is_pmap(call.func, aliases))]
+
+
+def mapped_names(fun) -> frozenset[str]:
+  """Every name a mapped function's expression names (`records.Port`)."""
+  found = set()
+
+  class Names(cst.CSTVisitor):
+
+    def visit_Name(self, node):
+      found.add(node.value)
+
+  fun.visit(Names())
+  return frozenset(found)
 
 
 def module_strings(module: cst.Module, path: str | None = None

@@ -1,11 +1,12 @@
 """The global step written without helpers (`global_written` says how).
 
-`PlainRewriter` is `global_rewriter.GlobalRewriter` with each step written
-as `jax.jit(jax.shard_map(f, mesh=mesh, ...))` on one module-level mesh,
-placements naming module-level shardings, no `_pmap_*` helper. `plan`
-decides, before writing, whether a file can be written so and with what
-(each step's `check_vma`, the names it binds); `reason` says why not, and
-the file then gets `GlobalRewriter`'s helpers, as before.
+`PlainPorts` is how `global_rewriter.GlobalRewriter` writes each step
+without them: `jax.jit(jax.shard_map(f, mesh=mesh, ...))` on one
+module-level mesh, placements naming module-level shardings
+(`PlainShardings`), no `_pmap_*` helper. `plan` decides, before writing,
+whether a file can be written so and with what (each step's `check_vma`,
+the names it binds); `reason` says why not, and the file then gets the
+helpers, as before (`global_step`).
 """
 
 import ast
@@ -22,13 +23,13 @@ from compare._src.rewrite.read.names import code_of
 from compare._src.rewrite.records import Finding
 from compare._src.rewrite.records import Kind
 from compare._src.rewrite.records import Subject
+from compare._src.rewrite.plan.step_specs import spec
 from compare._src.rewrite.write import global_joined
 from compare._src.rewrite.write import global_keywords
-from compare._src.rewrite.write import global_rewriter
 from compare._src.rewrite.write import global_static
 from compare._src.rewrite.write import global_written
-from compare._src.rewrite.write import imports
-from compare._src.rewrite.write import rewrite_pmap
+from compare._src.rewrite.write import placements
+from compare._src.rewrite.write.pmap_sites import FUN
 
 
 @dataclasses.dataclass
@@ -41,7 +42,7 @@ class Plan:
   reason: str | None = None  # why the file keeps the helpers
   inline: tuple = ()  # the shardings one placement names: written there
   loads: dict = dataclasses.field(default_factory=dict)  # name -> reads
-  edits: dict = dataclasses.field(default_factory=dict)  # `PlainRewriter`
+  edits: dict = dataclasses.field(default_factory=dict)  # `PlainPorts`
   joined: bool = False  # the mesh set after a join (`global_joined`)
   keywords: dict = dataclasses.field(default_factory=dict)  # by step name
 
@@ -130,40 +131,55 @@ def _recorded(stacked_args, count, outs, in_code, out_code) -> dict:
           "in_specs": in_code, "out_specs": out_code}
 
 
-class PlainRewriter(global_rewriter.GlobalRewriter):
-  """`GlobalRewriter` writing each step on the module's mesh, no helper.
-  `unplain` says why a step could not be written so (the caller then
-  writes the file with the helpers)."""
+class PlainShardings:
+  """Shardings on the module's mesh: named where two placements share
+  one, written in place where one does (`Plan.inline`), a bare `jax.P`
+  on the mesh jax is set to after a join; `counts` how many name each."""
 
-  def __init__(self, *args, plain: Plan, **kwargs):
-    super().__init__(*args, **kwargs)
-    self._plan = plain
-    self.unplain = None
-    self.uses_functools = False
-    self.shardings = {}  # R, B -> how many placements name it
-    # Functions only an assigned pmap reads: pmap's view goes in their body.
-    self.edits = {}
-    # What `write` recorded of the file (`records.Rewrite`).
-    self.defined, self.mesh_after_join = (), False
+  def __init__(self, plain: Plan, axis_code):
+    self._plan, self._axis = plain, axis_code
+    self._helpers = placements.HelperShardings(axis_code)
+    self.counts = {}  # R, B -> how many placements name it
 
-  def visit_Module(self, node):
-    self._functions = global_written.definitions(node)  # their parameters
-    return super().visit_Module(node)
-
-  def _said(self, kind) -> str:
+  def said(self, kind) -> str:
+    """How the report names a placement's sharding of `kind`."""
     if self._plan.joined:
       return f"jax.P({'' if kind == R else self._axis}) on the set mesh"
-    return super()._said(kind)
+    return self._helpers.said(kind)
 
-  def _sharding(self, kind) -> str:
-    # Named where two placements share it, written in place where one.
-    self.shardings[kind] = self.shardings.get(kind, 0) + 1
+  def code(self, kind) -> str:
+    """The code of the sharding a placement of `kind` names."""
+    self.counts[kind] = self.counts.get(kind, 0) + 1
     if self._plan.joined:  # on the mesh jax is set to
-      return global_rewriter.spec(kind, self._axis)
+      return spec(kind, self._axis)
     if kind in self._plan.inline:
       return (f"jax.NamedSharding({self._plan.names['mesh']}, "
-              f"{global_rewriter.spec(kind, self._axis)})")
+              f"{spec(kind, self._axis)})")
     return self._plan.names[kind]
+
+
+class PlainPorts:
+  """Each step written on the module's mesh, no helper: the template of a
+  pmap call (`template`), a decorated step (`function_def`), its calls
+  by keyword (`after_call`). `unplain` says why a step could not be
+  written so (the caller then writes the file with the helpers)."""
+
+  def __init__(self, plain: Plan, steps, written, sites, specs):
+    """`steps`: the steps' layouts by their pmap's line; `written`,
+    `sites`: the writer's (`pmap_sites`); `specs`: its `(line, in_axes,
+    out_axes, axis) -> step_specs.StepSpecs`, recording what it finds."""
+    self._plan, self._steps, self._written = plain, steps, written
+    self._sites, self._specs = sites, specs
+    self.unplain = None
+    self.uses_functools = False
+    # Functions only an assigned pmap reads: pmap's view goes in their body.
+    self.edits = {}
+    # What `global_step.write` recorded of the file (`records.Rewrite`).
+    self.defined, self.mesh_after_join = (), False
+    self._functions = {}
+
+  def visit_module(self, node):
+    self._functions = global_written.definitions(node)  # their parameters
 
   def _parts(self, named, line):
     """`(shard_map's keyword parts, donate code, stacked argument
@@ -177,15 +193,16 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
     if isinstance(in_axes, tuple):  # pmap's counts the static positions
       in_axes = tuple(a for i, a in enumerate(in_axes) if i not in static)
     out_axes = literal(named["out_axes"]) if "out_axes" in named else 0
-    self._layout(line, in_axes, out_axes, axis)
+    made = self._specs(line, in_axes, out_axes, axis)
+    kinds, outs = made.kinds, made.outs
     _, keywords = self._plan.keywords.get(self._steps[line].name, ((), ()))
-    in_code = global_written.specs(self.kinds + [S] * len(keywords), axis)
-    out_code = global_written.specs(self.outs, axis)
+    in_code = global_written.specs(kinds + [S] * len(keywords), axis)
+    out_code = global_written.specs(outs, axis)
     vma = self._plan.vma.get(line)
     donate = (code_of(named["donate_argnums"])
               if "donate_argnums" in named else None)
-    self.changed += 1
-    self.findings.append(Finding(line, Kind.CHANGED, (
+    self._written.changed += 1
+    self._written.findings.append(Finding(line, Kind.CHANGED, (
         f"pmap over {axis} -> jax.jit(jax.shard_map(...)) on the "
         + ("mesh set after the join" if self._plan.joined else
            "module's mesh") + f": in_specs {in_code}, out_specs {out_code}, "
@@ -196,17 +213,19 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
            "step a lambda that names them, each with pmap's per-device view"
            if keywords else "")), Subject.PMAP,
         module_mesh=not self._plan.joined))
-    stacked_args = [i for i, k in enumerate(self.kinds) if k == S]
-    stacked_outs = ({None} if self.one_out and self.outs[0] == S else
-                    {j for j, k in enumerate(self.outs) if k == S}
-                    if not self.one_out else set())
+    stacked_args = [i for i, k in enumerate(kinds) if k == S]
+    stacked_outs = ({None} if made.one_out and outs[0] == S else
+                    {j for j, k in enumerate(outs) if k == S}
+                    if not made.one_out else set())
     parts = global_written.shard_map_parts(
         None if self._plan.joined else self._plan.names["mesh"], in_code,
         out_code, vma is None)
     return parts, donate, stacked_args, stacked_outs, _recorded(
-        stacked_args, len(self.kinds), self.outs, in_code, out_code)
+        stacked_args, len(kinds), outs, in_code, out_code)
 
-  def _template(self, named, line):
+  def template(self, named, line, column):
+    """The step's layout (`records.Port`'s fields) and its source with
+    `FUN` for the function, written from `column`; or None."""
     parts, donate, stacked_args, stacked_outs, layout = self._parts(named,
                                                                     line)
     step = self._steps[line]
@@ -226,7 +245,8 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
     # step's ports are (`records.Port`).
     fun_code = code_of(named["fun"])
     if step.static:
-      written = self._static_template(named["fun"], step, parts, donate)
+      written = self._static_template(named["fun"], step, parts, donate,
+                                      column)
       return None if written is None else (layout, written)
     mapped = fun_code
     name = self._steps[line].name
@@ -237,10 +257,9 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
       layout["after_two"] = tuple(
           [*self._plan.keywords[name][0], *self._plan.keywords[name][1]][2:])
     return layout, global_written.step_expression(
-        mapped, parts, donate, 79 - self._column).replace(
-            fun_code, rewrite_pmap.FUN, 1)
+        mapped, parts, donate, 79 - column).replace(fun_code, FUN, 1)
 
-  def _static_template(self, fun, step, parts, donate):
+  def _static_template(self, fun, step, parts, donate, column):
     """The step of a pmap with static arguments (`global_static`)."""
     fn = self._functions.get(global_written.mapped_name(code_of(fun)) or "")
     params = global_static.parameter_names(
@@ -248,21 +267,22 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
             code_of(fun)))
     self._static_said(step.static)
     return global_static.step_expression(fun, params, step.static, parts,
-                                         donate, 79 - self._column)
+                                         donate, 79 - column)
 
   def _static_said(self, static):
     # The pmap's own finding says where its static arguments went.
-    self.findings[-1] = dataclasses.replace(
-        self.findings[-1], text=self.findings[-1].text + (
+    found = self._written.findings
+    found[-1] = dataclasses.replace(found[-1], text=found[-1].text + (
             f"; static_broadcasted_argnums {static} as jit's static_argnums,"
             " closed over by the function shard_map maps"))
 
-  def leave_Call(self, original, updated):
-    written = super().leave_Call(original, updated)
+  def after_call(self, original, written, line):
+    """A step called with keyword arguments, called by position (its
+    lambda names them: `global_keywords`)."""
     name = names.dotted(original.func)
     if name in self._plan.keywords and isinstance(written, cst.Call):
       keywords = self._plan.keywords[name][1]
-      self.findings.append(Finding(self._line(original), Kind.CHANGED, (
+      self._written.findings.append(Finding(line, Kind.CHANGED, (
           f"{name}(..., {', '.join(f'{k}=' for k in keywords)}...) -> "
           f"{name}(..., {', '.join(keywords)}): shard_map takes no keyword "
           "argument; the step's lambda names them")))
@@ -271,8 +291,9 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
 
   def _viewed(self, line, stacked_args, stacked_outs):
     # The pmap's own finding says where pmap's view stays, and how.
-    self.findings[-1] = dataclasses.replace(self.findings[-1], line=line, text=(
-        self.findings[-1].text +
+    found = self._written.findings
+    found[-1] = dataclasses.replace(found[-1], line=line, text=(
+        found[-1].text +
         "; pmap's per-device view of its "
         + ", ".join([f"argument {i}" for i in stacked_args]
                     + [f"output {j}" if j is not None else "output"
@@ -280,9 +301,12 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
         + " (stacked or read per device by the program) written as a "
         "line in its body, no helper"))
 
-  def leave_FunctionDef(self, original, updated):
+  def function_def(self, original, updated):
+    """A function the step's pmap maps, written: pmap's view in its body,
+    or its pmap decorator as jit's and shard_map's; None where the sites
+    write it (`pmap_sites.PmapSites.leave_function_def`)."""
     pmaps = [d for d in original.decorators
-             if self.is_pmap_decorator(d.decorator)]
+             if self._sites.is_pmap_decorator(d.decorator)]
     if not pmaps and updated.name.value in self._plan.edits:
       viewed = global_written.per_device(
           updated, *self._plan.edits[updated.name.value])
@@ -292,18 +316,18 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
         return updated
       return viewed
     if not pmaps or len(original.decorators) > 1:
-      return super().leave_FunctionDef(original, updated)
+      return None
     if updated.name.value in self._plan.keywords:
       self.unplain = (f"{updated.name.value}, a pmap decorator's, is called "
                       "with keyword arguments, which shard_map does not take "
                       "(the helper _pmap_keywords maps them)")
       return updated
     expr = updated.decorators[0].decorator
-    line = self._line(original.decorators[0])
+    line = self._sites.line(original.decorators[0])
     named = {"fun": cst.Name(updated.name.value)}
     if isinstance(expr, cst.Call):
-      args = self._arguments([cst.Arg(cst.Name("_fun")), *expr.args[1:]],
-                             line)
+      args = self._sites.arguments(
+          [cst.Arg(cst.Name("_fun")), *expr.args[1:]], line)
       named.update(args or {})
     parts, donate, stacked_args, stacked_outs, layout = self._parts(named,
                                                                     line)
@@ -319,12 +343,11 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
       updated = viewed
       self._viewed(line, stacked_args, stacked_outs)
     self.uses_functools = True
-    self.ports.append(records.Port(
+    self._written.ports.append(records.Port(
         line, updated.name.value, "", name=updated.name.value if
-        self._module_level(original) else None,
+        self._sites.module_level(original) else None,
         mapped=frozenset([updated.name.value]), **layout))
-    column = self.get_metadata(metadata.PositionProvider,
-                               original).start.column
+    column = self._sites.column(original)
     if static:
       written = global_static.step_function(updated, static, parts, donate,
                                             79 - column)
@@ -339,47 +362,3 @@ class PlainRewriter(global_rewriter.GlobalRewriter):
         for d in global_written.step_decorators(parts, donate, 79 - column)])
 
 
-def write(wrapper, module, first, steps, replace, axis, known, declared,
-          axes_count, source, aliases):
-  """The file written without helpers: `(code, writer)`; a str saying why
-  it keeps them; None where the writer found a place for a person (the
-  helpers' writer finds it again and reports it)."""
-  plain = plan(wrapper, first.ports, steps, axes_count, source)
-  if plain.reason:
-    return f"the first step's helpers stay in this file: {plain.reason}"
-  plain.names = global_written.names(wrapper.module, (R, B))
-  writer = PlainRewriter(aliases, steps, replace, axis, known,
-                         declared and declared.name, plain=plain)
-  new = wrapper.visit(writer)
-  plain.inline = tuple(k for k, n in writer.shardings.items() if n == 1)
-  plain.edits = writer.edits
-  if plain.inline or plain.edits:
-    writer = PlainRewriter(aliases, steps, replace, axis, known,
-                           declared and declared.name, plain=plain)
-    new = wrapper.visit(writer)
-  if writer.blockers:
-    return None
-  if writer.uses_put or writer.uses_static:
-    writer.unplain = ("it calls functions jax 0.10 removed, whose "
-                      "replacements are helpers")
-  if writer.unplain:
-    return f"the first step's helpers stay in this file: {writer.unplain}"
-  if plain.joined:
-    code = imports.with_mesh(new.code, module, "",
-                                  writer.uses_functools)
-    code, _ = global_joined.set_mesh_after_join(code, axis)
-    line, _ = global_joined.where(source)
-    writer.mesh_after_join = True
-    writer.findings.append(Finding(line, Kind.CHANGED, (
-        "jax.set_mesh(Mesh(every process's devices)) after the join: the "
-        "steps' shard_map name no mesh and the placements only a "
-        "jax.P(...); a mesh built at import would start the backend before "
-        "jax.distributed.initialize")))
-    return code, writer
-  bound = {"mesh": plain.names["mesh"],
-           **{k: plain.names[k] for k in writer.shardings
-              if k not in plain.inline}}
-  writer.defined = tuple(bound.values())
-  return imports.with_mesh(
-      new.code, module, global_written.mesh_block(axis, bound),
-      writer.uses_functools), writer

@@ -1,6 +1,6 @@
 """The global step's writing of the batches the program's pipeline makes.
 
-`GlobalRewriter` takes `PipelineWriter`: where the reading
+`placements.Placements` calls `pipeline_call`: where the reading
 (`read.pipeline_reads`) found a batch made by the team's own pipeline
 (`known.made`), the batch is placed there as the global batch: a reshape to
 `[jax.local_device_count(), b, ...]` becomes
@@ -8,7 +8,9 @@
 stacking generator's call by the device count and `map(shard, it)` become
 generators of global batches, and a `prefetch_to_device` of global batches
 goes (flax's would stack their rows again onto this process's devices,
-docs/REWRITE.md). A yielded tuple of placed batches is written one a line.
+docs/REWRITE.md). A yielded tuple of placed batches is written one a line
+(`yielded`), and `it = prefetch_to_device(it, n)` of global batches goes
+(`dropped`).
 """
 
 import libcst as cst
@@ -22,88 +24,89 @@ from compare._src.rewrite.records import Kind
 from compare._src.rewrite.write import global_written
 
 
-class PipelineWriter:
-  """Mixed into `global_rewriter.GlobalRewriter` (its `_known`,
-  `_sharding`, `_said`, `_placed`, `findings`, `_global_sources`)."""
-
-  def pipeline_call(self, original, updated, name, line):
-    """The call written where it makes the pipeline's batches (a stacking
-    generator's call by the device count, `map(shard, it)`, a reshape to
-    `[devices, b, ...]`) or drops a prefetch of global batches; None
-    where it is none of these (`known.made`: the reading's)."""
-    if id(original) not in self._known.made:
-      return None
-    if pipeline_batches.is_device_batched(original, self._known):
-      self.findings.append(Finding(line, Kind.CHANGED, (
-          f"{name}(..., {self._count(original)}) -> each batch it stacks "
-          "[devices, per_device, ...] merged to [devices * per_device, "
-          f"...] (the same rows on each device) and placed with "
-          f"{self._said(B)} as it is read")))
-      written = generator(self._sharding(B), MERGED, names.code_of(
-          updated))
-      self._global_sources.add(id(written))
-      return written
-    if pipeline_batches.is_shard_map(original, self._known):
-      self.findings.append(Finding(line, Kind.CHANGED, (
-          f"map({names.code_of(original.args[0].value)}, ...) -> each "
-          f"global batch placed with {self._said(B)} as it is read")))
-      written = generator(self._sharding(B), "_batch", names.code_of(
-          updated.args[1].value))
-      self._global_sources.add(id(written))
-      return written
-    rows = pipeline_batches.rows_of(updated, self._known.counts)
-    if rows is not None:
-      self.findings.append(Finding(line, Kind.CHANGED, (
-          "a batch stacked [devices, per_device, ...] by the pipeline -> "
-          f"jax.make_array_from_process_local_data({self._said(B)}, its "
-          "rows [devices * per_device, ...]): the global batch where it "
-          "is made, each device the rows pmap gave it")))
-      return self._placed(cst.parse_expression(rows), B)
-    if name.endswith("prefetch_to_device"):
-      self.findings.append(Finding(line, Kind.CHANGED, (
-          f"{name}({names.code_of(original.args[0].value)}, n) of global "
-          "batches -> the iterator itself: flax's prefetch_to_device "
-          "would stack their rows again onto this process's devices")))
-      return updated.args[0].value
+def pipeline_call(placements, original, updated, name, line):
+  """The call written where it makes the pipeline's batches (a stacking
+  generator's call by the device count, `map(shard, it)`, a reshape to
+  `[devices, b, ...]`) or drops a prefetch of global batches; None
+  where it is none of these (`known.made`: the reading's).
+  `placements`: the step's `placements.Placements` (its `known`,
+  shardings, findings, and the global sources it records)."""
+  known, findings = placements.known, placements.findings
+  if id(original) not in known.made:
     return None
+  if pipeline_batches.is_device_batched(original, known):
+    findings.append(Finding(line, Kind.CHANGED, (
+        f"{name}(..., {_count(original, known)}) -> each batch it stacks "
+        "[devices, per_device, ...] merged to [devices * per_device, "
+        f"...] (the same rows on each device) and placed with "
+        f"{placements.said(B)} as it is read")))
+    written = generator(placements.sharding(B), MERGED, names.code_of(
+        updated))
+    placements.global_sources.add(id(written))
+    return written
+  if pipeline_batches.is_shard_map(original, known):
+    findings.append(Finding(line, Kind.CHANGED, (
+        f"map({names.code_of(original.args[0].value)}, ...) -> each "
+        f"global batch placed with {placements.said(B)} as it is read")))
+    written = generator(placements.sharding(B), "_batch", names.code_of(
+        updated.args[1].value))
+    placements.global_sources.add(id(written))
+    return written
+  rows = pipeline_batches.rows_of(updated, known.counts)
+  if rows is not None:
+    findings.append(Finding(line, Kind.CHANGED, (
+        "a batch stacked [devices, per_device, ...] by the pipeline -> "
+        f"jax.make_array_from_process_local_data({placements.said(B)}, its "
+        "rows [devices * per_device, ...]): the global batch where it "
+        "is made, each device the rows pmap gave it")))
+    return placements.placed(cst.parse_expression(rows), B)
+  if name.endswith("prefetch_to_device"):
+    findings.append(Finding(line, Kind.CHANGED, (
+        f"{name}({names.code_of(original.args[0].value)}, n) of global "
+        "batches -> the iterator itself: flax's prefetch_to_device "
+        "would stack their rows again onto this process's devices")))
+    return updated.args[0].value
+  return None
 
-  def leave_Yield(self, original, updated):
-    """A yielded tuple holding batches placed here: one element a line,
-    each aligned after the tuple's parenthesis, as a person writes it."""
-    value = original.value
-    if not (isinstance(value, cst.Tuple) and value.lpar and any(
-        id(e.value) in self._known.made for e in value.elements)):
-      return updated
-    # Where the elements start, and the block's indent, which LibCST adds
-    # to each continued line of a parsed expression.
-    column = self.get_metadata(metadata.PositionProvider,
-                               value).start.column
-    indent = self.get_metadata(metadata.PositionProvider,
-                               original).start.column
-    parts = []
-    for before, after in zip(value.elements, updated.value.elements):
-      code = names.code_of(after.value)
-      if id(before.value) in self._known.made:
-        code = _aligned(" ".join(code.split()), column, indent)
-      parts.append(code)
-    return updated.with_changes(value=cst.parse_expression(
-        "(" + (",\n" + " " * (column - indent)).join(parts) + ")"))
 
-  def leave_SimpleStatementLine(self, original, updated):
-    # `it = prefetch_to_device(it, 2)` of global batches: `it = it`, gone.
-    small = original.body[0] if len(original.body) == 1 else None
-    if (isinstance(small, cst.Assign) and len(small.targets) == 1
-        and id(small.value) in self._known.made
-        and names.dotted(small.value.func).endswith("prefetch_to_device")
-        and names.code_of(small.targets[0].target) == names.code_of(
-            small.value.args[0].value)):
-      return cst.RemoveFromParent()
+def yielded(known, meta, original, updated):
+  """A yielded tuple holding batches placed here: one element a line,
+  each aligned after the tuple's parenthesis, as a person writes it.
+  `meta`: the writer's `get_metadata`."""
+  value = original.value
+  if not (isinstance(value, cst.Tuple) and value.lpar and any(
+      id(e.value) in known.made for e in value.elements)):
     return updated
+  # Where the elements start, and the block's indent, which LibCST adds
+  # to each continued line of a parsed expression.
+  column = meta(metadata.PositionProvider, value).start.column
+  indent = meta(metadata.PositionProvider, original).start.column
+  parts = []
+  for before, after in zip(value.elements, updated.value.elements):
+    code = names.code_of(after.value)
+    if id(before.value) in known.made:
+      code = _aligned(" ".join(code.split()), column, indent)
+    parts.append(code)
+  return updated.with_changes(value=cst.parse_expression(
+      "(" + (",\n" + " " * (column - indent)).join(parts) + ")"))
 
-  def _count(self, call) -> str:
-    """The code of the device count `call` stacks by."""
-    return next(names.code_of(a.value) for a in call.args
-                if pipeline_batches.is_count(a.value, self._known.counts))
+
+def dropped(known, original, updated):
+  """`it = prefetch_to_device(it, 2)` of global batches: `it = it`, gone."""
+  small = original.body[0] if len(original.body) == 1 else None
+  if (isinstance(small, cst.Assign) and len(small.targets) == 1
+      and id(small.value) in known.made
+      and names.dotted(small.value.func).endswith("prefetch_to_device")
+      and names.code_of(small.targets[0].target) == names.code_of(
+          small.value.args[0].value)):
+    return cst.RemoveFromParent()
+  return updated
+
+
+def _count(call, known) -> str:
+  """The code of the device count `call` stacks by."""
+  return next(names.code_of(a.value) for a in call.args
+              if pipeline_batches.is_count(a.value, known.counts))
 
 
 def _aligned(code: str, column: int, indent: int, width: int = 79) -> str:
