@@ -31,6 +31,15 @@ def port(strategy, config, data, n_devices: int, control=None):
            control.plant(mesh_program, name) for name in (PORT_NAME, EXTRA)}
   order = batch_order.batch_order(config.seed, len(data.train_inputs),
                                   config.global_batch, config.steps)
+
+  def batch(i):
+    # Past the last step (the timing windows' batches) the seed's order
+    # goes on: its first steps are the same for any length.
+    rows = order[i] if i < len(order) else batch_order.batch_order(
+        config.seed, len(data.train_inputs), config.global_batch, i + 1)[i]
+    return {"inputs": data.train_inputs[rows],
+            "targets": data.train_targets[rows]}
+
   # The port's own initial state only where a control changes how the
   # port builds it (its learning rate): the unplanted Port shares `init`.
   port_init = None if control is None else jax.device_get(
@@ -44,8 +53,7 @@ def port(strategy, config, data, n_devices: int, control=None):
       extra_ports={EXTRA: ports[EXTRA].make_train_step(config, mesh, EXTRA)},
       reference_step=Reference.make_train_step(config, one),
       mesh=mesh, steps=config.steps,
-      batches=lambda i: {"inputs": data.train_inputs[order[i]],
-                         "targets": data.train_targets[order[i]]},
+      batches=batch,
       port_name=PORT_NAME, pairs=PAIRS, calibration="row_order",
       device_evaluation=compare.DeviceEvaluation(
           batch=batch_order.test_batch(data, mesh.size),
