@@ -179,6 +179,7 @@ def _prepare(args):
     `(plans, config, n_devices, control)`: the strategy planned for each
     device count (`--sweep-devices`' counts, else the per-process devices).
   """
+  from compare._src import ports  # pylint: disable=g-import-not-at-top
   from shardport.training import inputs  # pylint: disable=g-import-not-at-top
   strategy = strategies.get(args.strategy)
   try:
@@ -191,26 +192,13 @@ def _prepare(args):
       raise UsageError(f"--negative-control {control.name}: step "
                        f"{control.step} is past the last step "
                        f"({config.steps})")
-    plans = {n: _plan(strategy, config, checked.data, n, control)
+    plans = {n: ports.planned(strategy, config, checked.data, n, control)
              for n in counts or (checked.n_devices,)}
     if args.switch_at is not None:
       switch.check(plans[checked.n_devices], config, args.switch_at)
   except ValueError as err:  # every input error of the strategy's options
     raise UsageError(str(err)) from None
   return plans, config, checked.n_devices, control
-
-
-def _plan(strategy, config, data, n_devices: int, control):
-  """`strategy` planned on `n_devices` per process, `control` planted: as
-  its `compare.Port` (`compare._src.ports`) where it is written as one."""
-  from compare._src import ports  # pylint: disable=g-import-not-at-top
-  from compare._src.prove import plan as plan_module  # pylint: disable=g-import-not-at-top
-  from compare._src.prove import strategy_plan  # pylint: disable=g-import-not-at-top
-  from shardport.training.metrics import global_devices  # pylint: disable=g-import-not-at-top
-  if ports.has_port(strategy):
-    return ports.plan(strategy, config, data, n_devices, control)
-  return plan_module.planted(strategy_plan.plan(
-      strategy, config, data, global_devices(n_devices)), control)
 
 
 def _run_program(args):

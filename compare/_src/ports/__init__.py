@@ -11,8 +11,10 @@ are built from them; the Port is checked unplanted, then runs planted.
 import dataclasses
 import importlib
 
+from compare._src.prove import plan as plan_module
 from compare._src.prove import port as port_module
 from compare._src.prove import port_runs
+from compare._src.prove import strategy_plan
 from shardport.strategies import perturbations
 
 # Strategy name -> the module whose `port` writes it as a Port.
@@ -40,3 +42,15 @@ def plan(strategy, config, data, n_devices: int, control=None):
                                                  n_devices, control))
   return dataclasses.replace(port_runs.plan(checked, CALIBRATION_RUNS),
                              control=control)
+
+
+def planned(strategy, config, data, n_devices: int, control=None):
+  """Any of our strategies planned on `n_devices` devices per process,
+  `control` planted: as its Port where it is written as one (`plan`),
+  else by `strategy_plan` (one process's devices: `--sweep-devices` and
+  the benches run in one)."""
+  if has_port(strategy):
+    return plan(strategy, config, data, n_devices, control)
+  from shardport.training.metrics import global_devices  # pylint: disable=g-import-not-at-top
+  return plan_module.planted(strategy_plan.plan(
+      strategy, config, data, global_devices(n_devices)), control)
