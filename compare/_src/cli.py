@@ -243,7 +243,8 @@ def _run(args):
   else:
     full = _with_additions(strategy, config, proof.prove_plan(
             plans[n_devices], config, n_devices, windows=args.windows,
-            progress=sys.stderr.isatty(), check_every=args.check_every, switch_at=args.switch_at))
+            progress=sys.stderr.isatty(), check_every=args.check_every,
+            switch_at=args.switch_at))
   if full["pmap_runtime_warning"]:
     print(f"compare: warning: {full['pmap_runtime_warning']}",
           file=sys.stderr)

@@ -16,6 +16,7 @@ from compare._src.prove import port as port_module
 from compare._src.prove import port_runs
 from compare._src.prove import strategy_plan
 from shardport.strategies import perturbations
+from shardport.training.metrics import global_devices
 
 # Strategy name -> the module whose `port` writes it as a Port.
 PORTS = {"data_parallel": "compare._src.ports.data_parallel"}
@@ -47,10 +48,8 @@ def plan(strategy, config, data, n_devices: int, control=None):
 def planned(strategy, config, data, n_devices: int, control=None):
   """Any of our strategies planned on `n_devices` devices per process,
   `control` planted: as its Port where it is written as one (`plan`),
-  else by `strategy_plan` (one process's devices: `--sweep-devices` and
-  the benches run in one)."""
+  else by `strategy_plan` (which takes the devices of every process)."""
   if has_port(strategy):
     return plan(strategy, config, data, n_devices, control)
-  from shardport.training.metrics import global_devices  # pylint: disable=g-import-not-at-top
   return plan_module.planted(strategy_plan.plan(
       strategy, config, data, global_devices(n_devices)), control)
