@@ -37,6 +37,7 @@ if typing.TYPE_CHECKING:  # the names, for type checkers and the guide
   from compare.conversions import to_mesh
   from compare.conversions import unreplicate
   from compare.pmap_checkpoints import from_pmap_checkpoint
+  from compare._src.prove.device_evaluation import DeviceEvaluation
   from compare._src.prove.port import Port
   from compare._src.prove.port import PortError
   from compare._src.prove.proof import Proof
@@ -45,6 +46,7 @@ if typing.TYPE_CHECKING:  # the names, for type checkers and the guide
 # Public name -> the module that defines it.
 _PUBLIC = {
     "Port": "compare._src.prove.port",
+    "DeviceEvaluation": "compare._src.prove.device_evaluation",
     "adapt_step": "compare._src.prove.adapt",
     "PortError": "compare._src.prove.port",
     "Proof": "compare._src.prove.proof",

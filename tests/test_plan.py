@@ -56,3 +56,26 @@ def test_a_plan_is_frozen():
   planned = strategy_plan.plan(strategy, config, data, 8)
   with pytest.raises(dataclasses.FrozenInstanceError):
     planned.truth = "pmap"
+
+
+def test_data_parallel_is_planned_as_its_port_with_the_strategys_runs():
+  """`--strategy data_parallel` is proved as a `compare.Port`
+  (`compare._src.ports`): its plan has the runs, pairs, truth, port runs,
+  calibration runs and judged metrics the strategy declares, the runs
+  being the Port's own, none of the strategy's modules."""
+  from compare._src import ports  # pylint: disable=g-import-not-at-top
+  from shardport.strategies import perturbations  # pylint: disable=g-import-not-at-top
+  strategy, config, data = _linreg()
+  planned = ports.plan(strategy, config, data, 8)
+  assert [run.name for run in planned.runs] == [
+      run.name for run in strategy.runs]
+  assert planned.pairs == tuple(strategy.pairs)
+  assert (planned.truth, planned.port_runs, planned.judged_metrics) == (
+      strategy.truth, tuple(strategy.port_runs),
+      tuple(strategy.judged_metrics))
+  assert planned.calibrations == perturbations.CALIBRATIONS
+  modules = {type(run.module).__module__ for run in planned.runs}
+  assert modules == {"compare._src.prove.port_runs"}, modules
+  assert planned.control is None
+  control = strategy.control("lr-1pct")
+  assert ports.plan(strategy, config, data, 8, control).control is control

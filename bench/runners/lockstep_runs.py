@@ -99,7 +99,7 @@ def _cost() -> dict:
     raise RuntimeError(f"the cost group needs 8 devices, jax has "
                        f"{jax.device_count()}: run it with --only cost")
   from compare._src.prove import outcome  # pylint: disable=g-import-not-at-top
-  from compare._src.prove import strategy_plan  # pylint: disable=g-import-not-at-top
+  from compare._src import ports  # pylint: disable=g-import-not-at-top
   from shardport import strategies  # pylint: disable=g-import-not-at-top
   from shardport.workloads import datasets  # pylint: disable=g-import-not-at-top
   data = datasets.load("digits")
@@ -107,7 +107,7 @@ def _cost() -> dict:
   for name in STRATEGIES:
     strategy = strategies.get(name)
     config = strategy.make_config({}, data)
-    plan = strategy_plan.plan(strategy, config, data, 8)
+    plan = ports.planned(strategy, config, data, 8)
     walls = {"with_checks_s": [], "without_checks_s": []}
     # Warm-up, not timed: the process's first compiles of this strategy.
     outcome.compare(plan, config, 8, windows=DEFAULT_WINDOWS,

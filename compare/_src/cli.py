@@ -179,9 +179,8 @@ def _prepare(args):
     `(plans, config, n_devices, control)`: the strategy planned for each
     device count (`--sweep-devices`' counts, else the per-process devices).
   """
-  from compare._src.prove import strategy_plan  # pylint: disable=g-import-not-at-top
+  from compare._src import ports  # pylint: disable=g-import-not-at-top
   from shardport.training import inputs  # pylint: disable=g-import-not-at-top
-  from shardport.training.metrics import global_devices  # pylint: disable=g-import-not-at-top
   strategy = strategies.get(args.strategy)
   try:
     counts = sweep.parse(args.sweep_devices) if args.sweep_devices else ()
@@ -193,8 +192,7 @@ def _prepare(args):
       raise UsageError(f"--negative-control {control.name}: step "
                        f"{control.step} is past the last step "
                        f"({config.steps})")
-    plans = {n: strategy_plan.plan(strategy, config, checked.data,
-                                   global_devices(n))
+    plans = {n: ports.planned(strategy, config, checked.data, n, control)
              for n in counts or (checked.n_devices,)}
     if args.switch_at is not None:
       switch.check(plans[checked.n_devices], config, args.switch_at)
@@ -233,22 +231,20 @@ def _run_program(args):
 
 
 def _run(args):
-  from compare._src.prove import plan as plan_module  # pylint: disable=g-import-not-at-top
   from compare._src.prove import proof  # pylint: disable=g-import-not-at-top
 
   progress.phase("loading the data and checking the options")
   plans, config, n_devices, control = _prepare(args)
   strategy = strategies.get(args.strategy)
   if args.sweep_devices:
-    result = sweep.run({n: plan_module.planted(plan, control)
-                        for n, plan in plans.items()}, config, args.windows)
+    result = sweep.run(plans, config, args.windows)
     full = {**proof.describe(plans[max(plans)], config, max(plans), control),
             **strategy.report_fields(config), **result}
   else:
     full = _with_additions(strategy, config, proof.prove_plan(
             plans[n_devices], config, n_devices, windows=args.windows,
-            progress=sys.stderr.isatty(), control=control,
-            check_every=args.check_every, switch_at=args.switch_at))
+            progress=sys.stderr.isatty(), check_every=args.check_every,
+            switch_at=args.switch_at))
   if full["pmap_runtime_warning"]:
     print(f"compare: warning: {full['pmap_runtime_warning']}",
           file=sys.stderr)

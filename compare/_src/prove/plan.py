@@ -1,7 +1,8 @@
 """What the engine proves, as one typed value: the `Plan`.
 
-A program comes to the engine once, described: a team's `Port`
-(`port_runs.plan`) or one of our strategies (`strategy_plan.plan`). Each
+A program comes to the engine once, described: a `Port` (`port_runs.plan`:
+a team's, and our strategies written as Ports, `compare._src.ports`) or one
+of our strategies not yet written as one (`strategy_plan.plan`). Each
 builder asks its program everything once (which runs run here, their
 calls per optimiser step, the batches, the test batch, the calibration
 runs) and hands the engine a `Plan`; the engine reads its fields and never

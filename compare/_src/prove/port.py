@@ -15,6 +15,7 @@ from typing import Any
 import jax
 
 from compare._src.prove import adapt
+from compare._src.prove import device_evaluation
 from compare._src.prove import port_fields
 from compare._src.prove import port_steps
 from compare._src.prove.port_steps import PortError
@@ -79,6 +80,25 @@ class Port:
       its own `tx` and schedule): its leaves must be those of `init`'s, and
       the port's steps run on it, so its optimiser is what is proved.
       Without it both sides start from `init`.
+    port_name: the run name of `port_step` in the report (`"shard_map"`
+      beside an extra `"jit"` port); `"port"` by default.
+    pairs: optional: the pairs of runs judged, `(a, b)` with `b` the nearer
+      the truth, by run name (`"pmap"`, `port_name`, each of
+      `extra_ports`, `"reference"`). Without it every port is judged
+      against pmap and against the reference, and pmap against the
+      reference.
+    calibration: how the calibration runs and the lockstep's one-step
+      band change the truth's training: `"nudge"` (every float of each
+      batch moved one ulp, rows in place: safe where a row's place picks
+      its dropout mask or its device) or `"row_order"` (each batch's rows
+      reordered, within each device's slice or across the batch: for a
+      program whose step sums over rows and nothing else).
+    device_evaluation: optional, instead of `evaluate`: a test evaluation
+      each side runs on its own devices (`compare.DeviceEvaluation`: a
+      test batch, pmap's and the port's evaluation steps and how their
+      sums are summarised); each run evaluates its state in its own layout
+      during training and at the end, and the end-of-run check evaluates
+      one shared state with each side's step.
 
   A state's leaves that are not arrays (an equinox module's strings, bools
   and callables) are held apart and joined again for each call of a step,
@@ -99,6 +119,10 @@ class Port:
   port_evaluate: Callable[[Any], dict] | None = None
   extra_ports: dict[str, Callable] | None = None
   port_specs: Any = None
+  port_name: str = "port"
+  pairs: tuple[tuple[str, str], ...] | None = None
+  calibration: str = "nudge"
+  device_evaluation: Any = None
 
 
 class Batches:
@@ -253,6 +277,8 @@ def check(port: Port) -> Checked:
   if not isinstance(port, Port):
     raise PortError(f"expected a compare.Port, got {type(port).__name__}")
   port_fields.check_callables(port)
+  port_fields.check_runs(port)
+  device_evaluation.check(port)
   state, rest = initial_state(port)
   port_state, port_rest = state, rest
   if port.port_init is not None:
@@ -278,6 +304,20 @@ def check(port: Port) -> Checked:
       raise PortError(f"port_evaluate returns {sorted(ported)} where "
                       f"evaluate returns {sorted(metrics)}: the same metrics")
   return Checked(port, state, batches, rows, layout, port_state)
+
+
+def planted(checked: Checked, port: Port) -> Checked:
+  """`checked`, running `port`'s steps, evaluations and own initial state:
+  the same program with a negative control's mistake in its ports, checked
+  as the unplanted one was (a mistake that starts at a step reads the
+  state's values, which tracing on abstract ones cannot give it)."""
+  state, rest = initial_state(port)
+  port_state, port_rest = state, rest
+  if port.port_init is not None:
+    port_state, port_rest = initial_state(port, "port_init")
+  return dataclasses.replace(
+      checked, port=in_harness_shape(port, state, rest, port_rest),
+      port_state=port_state)
 
 
 def _held_differently(port_state, state) -> str | None:

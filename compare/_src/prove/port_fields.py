@@ -83,6 +83,37 @@ def _extra_ports(extra) -> None:
                       f"{type(step).__name__})")
 
 
+CALIBRATIONS = ("nudge", "row_order")
+
+
+def run_names(port) -> tuple[str, ...]:
+  """Every run a `Port` has, by name: pmap's, its ports', the reference's."""
+  return ("pmap", port.port_name, *(port.extra_ports or {}),
+          *(("reference",) if port.reference_step is not None else ()))
+
+
+def check_runs(port) -> None:
+  """`port_name`, `pairs` and `calibration` as described."""
+  if port.port_name != "port" and (
+      not isinstance(port.port_name, str) or not port.port_name.isidentifier()
+      or port.port_name.startswith(RESERVED_RUNS)
+      or port.port_name in (port.extra_ports or {})):
+    raise PortError(f"port_name: a Python identifier that does not start "
+                    f"with {', '.join(RESERVED_RUNS)} and names no extra "
+                    f"port, got {port.port_name!r}")
+  if port.calibration not in CALIBRATIONS:
+    raise PortError(f"calibration: one of {', '.join(CALIBRATIONS)}, got "
+                    f"{port.calibration!r}")
+  if port.pairs is None:
+    return
+  names = run_names(port)
+  for pair in port.pairs:
+    if (not isinstance(pair, tuple) or len(pair) != 2 or pair[0] == pair[1]
+        or not set(pair) <= set(names)):
+      raise PortError(f"pairs: each a pair of two of the runs "
+                      f"{', '.join(names)}, got {pair!r}")
+
+
 def check_specs(port, port_state) -> None:
   """`port_specs` placeable: a prefix of the port's state, naming the
   mesh's axes, dividing each dimension it splits."""

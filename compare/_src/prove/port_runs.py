@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from compare._src.prove import adapt
+from compare._src.prove import device_evaluation
 from compare._src.prove import host_copies
 from compare import conversions
 from shardport.strategies import negative_controls as controls
@@ -72,6 +73,8 @@ class _Run:
   PROCESS_LOCAL_BATCH = False
   STEP_TAKES_HOST_LOCAL = False
   STACKED = False  # a copy of the state per device, stacked (pmap's)
+  # The side's step of a `DeviceEvaluation`.
+  EVALUATION_STEP = "port_step"
 
   def __init__(self, port, state, step):
     self._port, self._state, self._step = port, state, step
@@ -81,9 +84,12 @@ class _Run:
     return self._step
 
   def make_evaluate(self, config, placement):
-    """Metrics of the state fetched to the host (none: the train loss is
-    judged instead)."""
+    """The side's own evaluation step on the devices, where the Port has
+    one (`device_evaluation`); else metrics of the state fetched to the
+    host (none: the train loss is judged instead)."""
     del config, placement
+    if self._port.device_evaluation is not None:
+      return getattr(self._port.device_evaluation, self.EVALUATION_STEP)
     evaluate = self.evaluation()
     return lambda state, batch: ({} if evaluate is None else {
         k: float(v) for k, v in evaluate(self.host_state(state)).items()})
@@ -123,6 +129,7 @@ class PmapRun(_Run):
   as multi-host pmap programs do."""
 
   VARIANTS = ("pmap",)
+  EVALUATION_STEP = "pmap_step"
   BACKEND = pmap_devices.BACKEND
   CHECKPOINTS = pmap_devices
   PROCESS_LOCAL_BATCH = True
@@ -201,6 +208,7 @@ class ReferenceRun(MeshRun):
   """The optional ground truth: one device, the whole global batch."""
 
   VARIANTS = ("reference",)
+  EVALUATION_STEP = "reference_step"
   BACKEND = "reference"
   CHECKPOINTS = None
 
@@ -225,6 +233,53 @@ EVALUATION_CONTROL = controls.NegativeControl(
     "mean over the wrong count)", controls.evaluation_1pct_all)
 
 
+def _calibration(port, truth, batch, count: int) -> dict:
+  """The Port's calibration (`Port.calibration`) as the `Plan` holds it:
+  `count` calibration runs, the lockstep's one-step perturbation, and
+  both in words."""
+  if port.calibration == "row_order":
+    runs = dict(list(perturbations.CALIBRATIONS.items())[:count])
+    return dict(
+        calibrations=runs, calibration_change="its rows reordered",
+        calibration_summary=(
+            f"the {truth} trained again with its batch rows in {len(runs)} "
+            "other orders (summation order only); the band is their "
+            "largest drift per step"),
+        # Rows reordered within each device's slice or across the batch,
+        # by turns.
+        lockstep_perturbation=lambda t: perturbations.RowOrder(
+            ("slices", "batch")[t % 2], 7))
+  nudge = (perturbations.BatchNudge if perturbations.has_floats(batch)
+           else perturbations.StateNudge)
+  seeds = list(NUDGE_SEEDS.items())[:count]
+  what = "batches" if nudge is perturbations.BatchNudge else "initial state"
+  return dict(
+      calibrations={name: nudge(seed) for name, seed in seeds},
+      calibration_change=(f"its {'batch' if what == 'batches' else 'state'}"
+                          "'s floats nudged by one ulp"),
+      calibration_summary=(
+          f"the {truth} trained again {len(seeds)} times, the floats of its "
+          f"{what} moved one ulp (rounding only); the band is their largest "
+          "drift per step"),
+      lockstep_perturbation=lambda t: nudge(1000 + t))
+
+
+def _evaluation(port, state) -> dict:
+  """How the Plan evaluates: on the devices' test batch
+  (`Port.device_evaluation`), with `evaluate` on the host state, or not at
+  all (the train loss is judged)."""
+  device = port.device_evaluation
+  if device is not None:
+    return dict(judged_metrics=tuple(device.metrics),
+                test_batch=device.batch,
+                test_size=device_evaluation.test_size(device),
+                summarize=device.summarize)
+  return dict(judged_metrics=(("train_loss",) if port.evaluate is None else
+                              tuple(port.evaluate(state))),
+              test_batch={}, test_size=None,
+              summarize=lambda sums: {k: float(v) for k, v in sums.items()})
+
+
 def plan(checked, calibration_runs: int = 0) -> Plan:
   """A checked `Port` (`port.check`) as the engine runs and judges it.
 
@@ -242,11 +297,9 @@ def plan(checked, calibration_runs: int = 0) -> Plan:
     The `Plan`.
   """
   port, state, batches = checked.port, checked.state, checked.batches
-  nudge = (perturbations.BatchNudge if perturbations.has_floats(batches(0))
-           else perturbations.StateNudge)
   pmap = (PmapRun if checked.pmap_layout == port_steps.STACKED
           else BroadcastPmapRun)
-  ports = {"port": port.port_step, **(port.extra_ports or {})}
+  ports = {port.port_name: port.port_step, **(port.extra_ports or {})}
   runs = [PlannedRun("pmap", pmap(port, state, port.pmap_step), "pmap"),
           *(PlannedRun(name, MeshRun(port, checked.port_state, step), name)
             for name, step in ports.items())]
@@ -258,30 +311,21 @@ def plan(checked, calibration_runs: int = 0) -> Plan:
     truth = "reference"
     pairs = (*pairs, ("pmap", "reference"),
              *((name, "reference") for name in ports))
-  seeds = list(NUDGE_SEEDS.items())[:calibration_runs]
-  what = "batches" if nudge is perturbations.BatchNudge else "initial state"
+  evaluates = port.evaluate or port.device_evaluation
   return Plan(
-      name=port.name, runs=tuple(runs), pairs=pairs, truth=truth,
+      name=port.name, runs=tuple(runs), truth=truth,
+      pairs=pairs if port.pairs is None else tuple(port.pairs),
       witness="pmap", port_runs=tuple(ports),
       tolerances={"first_step": FIRST_STEP, "final": FINAL},
-      judged_metrics=(("train_loss",) if port.evaluate is None else
-                      tuple(port.evaluate(state))),
-      throughput_pair=("pmap", "port"),
+      throughput_pair=("pmap", port.port_name),
       train_batches=lambda: (batches(i) for i in range(port.steps)),
-      timing_batches=batches.first, test_batch={}, test_size=None,
-      # The train loss (or `evaluate`) recorded ten times a run.
+      timing_batches=batches.first,
+      # The train loss (or the evaluation) recorded ten times a run.
       eval_every=max(1, port.steps // 10),
-      summarize=lambda sums: {k: float(v) for k, v in sums.items()},
-      calibrations={name: nudge(seed) for name, seed in seeds},
-      calibration_change=(f"its {'batch' if what == 'batches' else 'state'}"
-                          "'s floats nudged by one ulp"),
-      calibration_summary=(
-          f"the {truth} trained again {len(seeds)} times, the floats of its "
-          f"{what} moved one ulp (rounding only); the band is their largest "
-          "drift per step"),
-      lockstep_perturbation=lambda t: nudge(1000 + t),
+      **_evaluation(port, state),
+      **_calibration(port, truth, batches(0), calibration_runs),
       negative_controls=(*controls.late_controls(),
-                         *((EVALUATION_CONTROL,) if port.evaluate else ())))
+                         *((EVALUATION_CONTROL,) if evaluates else ())))
 
 
 def config_of(checked) -> PortConfig:

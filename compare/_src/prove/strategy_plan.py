@@ -1,4 +1,5 @@
-"""One of our strategies as the engine proves it: `plan`.
+"""One of our strategies not yet written as a `Port` as the engine proves
+it: `plan` (data_parallel is its Port: `compare._src.ports`).
 
 A strategy (`shardport.strategies`) describes its runs, pairs, tolerances
 and controls, and by methods of its config and device count which runs run
