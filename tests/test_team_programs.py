@@ -93,7 +93,8 @@ def test_a_donating_multisteps_port_gets_a_verdict_at_step_one():
                         windows=0)
   assert right.verdict == "pass", right.table()
   wrong = compare.prove(linen_conv_bn.port("psum_grads", steps=STEPS,
-                                           multi_steps=4), windows=0)
+                                           multi_steps=4),
+                        steps=WRONG_STEPS, windows=0)
   assert _first_step(wrong) == 1, wrong.first_failure
   assert "acc_grads" in wrong.first_failure
 
