@@ -93,7 +93,8 @@ def measure() -> dict:
               "--global; original, rewrite and a plant run in 1x8 and 2x4",
       "command": "python -m docs.build_guide --measure rewrite_tfdata",
       "versions": {name: importlib.metadata.version(name) for name in (
-          "jax", "jaxlib", "flax", "tensorflow-cpu", "numpy")},
+          "jax", "jaxlib", "flax", "tensorflow", "tensorflow-cpu",
+          "numpy")},
       "rewrite_exit": paths["exit"],
       "lines_before": len(before.splitlines()),
       "lines_after": len(after.splitlines()),
