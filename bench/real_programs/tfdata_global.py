@@ -92,6 +92,7 @@ def measure() -> dict:
               "jax.local_device_count()) through python -m compare.rewrite "
               "--global; original, rewrite and a plant run in 1x8 and 2x4",
       "command": "python -m docs.build_guide --measure rewrite_tfdata",
+      "jax_version": importlib.metadata.version("jax"),
       "versions": {name: importlib.metadata.version(name) for name in (
           "jax", "jaxlib", "flax", "tensorflow", "tensorflow-cpu",
           "numpy")},
