@@ -27,6 +27,7 @@ from bench.real_programs import wmt_person
 from bench.runners.rewrite_written import written
 
 HERE = run.HERE
+TIMINGS = ("steps_per_sec", "uptime")
 WMT = ("flax `examples/wmt/train.py` (as written; `--global` of "
        "`wmt_person.py`'s edit of its 2 reads of pmap's layout)")
 
@@ -55,7 +56,9 @@ def _printed(folder: pathlib.Path, row: dict, name: str):
   if done.returncode:
     row[f"{name}_error"] = done.stderr.strip().splitlines()[-3:]
     return [], []
-  lines = done.stdout.splitlines()
+  # clu's ReportProgress timings differ run to run (as lm1b_mock.py).
+  lines = [l for l in done.stdout.splitlines()
+           if not l.startswith(TIMINGS)]
   return ([l for l in lines if not l.startswith("checkpoint ")],
           [l for l in lines if l.startswith("checkpoint ")])
 
@@ -102,6 +105,11 @@ def wmt(flax: pathlib.Path, work: pathlib.Path) -> dict:
   first_equal, first_same = _same(original, first_run)
   row["first_step"].update(numbers_equal=first_equal,
                            checkpoint_leaves_bitwise=first_same)
+  # The scalars that differ, each run's, to read what a NO is.
+  for name, got in (("first_step", first_run), ("port", global_run)):
+    row[f"{name}_differing"] = [(a, b) for a, b in zip(original[0], got[0])
+                                if a != b]
+  row["scalars"] = original[0]
   row["checkpoint_leaves"], row["checkpoint_leaves_bitwise"] = (
       len(original[1]), same)
   row["numbers_also"] = (
