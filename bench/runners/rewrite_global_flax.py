@@ -19,8 +19,9 @@ examples/lm1b where its train step is still a pmap, else that commit's
 folder taken from the checkout's git (`git archive`; a bare mirror will
 do). Its `per_host_sum_pmap`, which nothing calls, is set aside by the
 rewrite: the row keeps what the report says of it (`never_called`).
-Without a checkout or those packages (CI has neither) each row says it was
-not run, and why.
+examples/wmt, its last pmap version, through both steps, is
+bench/runners/wmt_global.py's row. Without a checkout or those packages
+(CI has neither) each row says it was not run, and why.
 """
 
 import filecmp
