@@ -55,6 +55,9 @@ SCRIPTS = {"traps": ["-m", "docs.traps"],
            # ... to global arrays (`compare.rewrite --global`).
            "real_programs_global": ["-m", "bench.real_programs.run",
                                     "--global"],
+           # A real tf.data pipeline batching per device, to global
+           # arrays, in 1x8 and 2x4: needs tensorflow-cpu (issue 74).
+           "rewrite_tfdata": ["-m", "bench.real_programs.tfdata_global"],
            # ... and our examples to global arrays, proved by their Ports.
            "rewrite_examples": ["-m", "bench.runners.rewrite_examples_runs"],
            # --global on every input it writes a step for (issue 58).

@@ -12,6 +12,9 @@ pmap tutorial as a script.
 - Stand-ins with the pmap constructs of flax's examples/wmt and
   examples/imagenet: `wmt_constructs`, `imagenet_constructs`; what a
   person does to wmt where `--global` names a place: `wmt_person`.
+- A program fed by a real tf.data pipeline that batches per device,
+  through `--global`, run in 1 x 8 and 2 x 4 beside its original:
+  `tfdata_global` (tests/rewrite_inputs/tfdata_device_batched.py).
 - brax's PPO as its own `train_test.py` runs it: `brax_ppo`.
 - equinox's BERT example (`eqx.filter_pmap`), its notebook's code as
   written: `equinox_bert`.

@@ -16,7 +16,8 @@ of `bench.measure` (`python -m bench.measure --list`), run as
 - `rewrite_runs`: `compare.rewrite` on a flax-examples-style script.
 - `rewrite_examples_runs`: our examples to global arrays, proved.
 - `rewrite_global_runs`: `--global` on every input it writes a step for;
-  `rewrite_global_flax` adds flax's examples (given a checkout), and
-  `rewrite_written` is the row of a written file both make.
+  `rewrite_global_flax` adds flax's examples (given a checkout), with
+  `wmt_global` for examples/wmt through both steps, and `rewrite_written`
+  is the row of a written file both make.
 - `run_record`: what the runners share (running a command, the record).
 """

@@ -19,8 +19,9 @@ examples/lm1b where its train step is still a pmap, else that commit's
 folder taken from the checkout's git (`git archive`; a bare mirror will
 do). Its `per_host_sum_pmap`, which nothing calls, is set aside by the
 rewrite: the row keeps what the report says of it (`never_called`).
-Without a checkout or those packages (CI has neither) each row says it was
-not run, and why.
+examples/wmt, its last pmap version, through both steps, is
+bench/runners/wmt_global.py's row. Without a checkout or those packages
+(CI has neither) each row says it was not run, and why.
 """
 
 import filecmp
@@ -32,12 +33,14 @@ import tarfile
 import tempfile
 
 from bench.real_programs import run
+from bench.runners import wmt_global
 from bench.runners.rewrite_written import written
 
 HERE = run.HERE
 NLP_SEQ = "flax `examples/nlp_seq/train.py` (as written)"
 IMAGENET = "flax `examples/imagenet/train.py` (as written)"
 LM1B = "flax `examples/lm1b/train.py` at 558be01e^ (as written)"
+WMT = wmt_global.WMT
 # lm1b's last pmap version: 558be01e ("updated lm1b example with jit")
 # made its train, eval and predict steps jit's.
 LM1B_COMMIT = "558be01e^"
@@ -47,6 +50,7 @@ NEEDS = {NLP_SEQ: ("tensorflow", "tensorboard"),
                     "clu", "ml_collections"),
          LM1B: ("tensorflow", "tensorboard", "tensorflow_datasets",
                 "tensorflow_text", "sentencepiece", "clu", "ml_collections")}
+NEEDS[WMT] = NEEDS[LM1B]
 
 
 def _global(folder: pathlib.Path, port: str) -> dict:
@@ -169,7 +173,7 @@ def rows(flax: pathlib.Path | None) -> list[dict]:
   else each with `not_run`, the reason."""
   out = []
   for program, measure in ((NLP_SEQ, nlp_seq), (IMAGENET, imagenet),
-                           (LM1B, lm1b)):
+                           (LM1B, lm1b), (WMT, wmt_global.wmt)):
     folder = measure.__name__
     if flax is None:
       out.append({"program": program, "not_run": "no flax checkout given "

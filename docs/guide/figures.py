@@ -209,7 +209,7 @@ _KINDS = {"traps": TrapsSource, "dispatch": DispatchSource,
                            "verdict_grid_original", "rewrite", "jit_ports",
                            "team_programs", "real_programs",
                            "real_programs_global", "rewrite_examples",
-                           "rewrite_global"),
+                           "rewrite_global", "rewrite_tfdata"),
                           Source)}
 # Anything else under docs/measured/ is a `python -m compare` report.
 

@@ -11,7 +11,8 @@ global step (`global_rewriter`'s `GlobalRewriter`, run by `global_step`):
 as a JAX engineer writes it, one module-level mesh and no helper
 (`global_plain`, its templates in `global_written`, a mesh set after a
 jax.distributed join in `global_joined`, keyword arguments passed by
-position in `global_keywords`), else with the first step's helpers; then
+position in `global_keywords`, a step running a loop out of jax's check
+unchecked in `global_loops`), else with the first step's helpers; then
 what it left dead or stale removed or named (`global_tidy`) and the
 imports and helpers or mesh at the head (`imports`). A file whose pmaps
 are all flax NNX's or equinox's (`nnx.pmap`, `eqx.filter_pmap`) is ported

@@ -26,6 +26,7 @@ from compare._src.rewrite.records import Subject
 from compare._src.rewrite.plan.step_specs import spec
 from compare._src.rewrite.write import global_joined
 from compare._src.rewrite.write import global_keywords
+from compare._src.rewrite.write import global_loops
 from compare._src.rewrite.write import global_static
 from compare._src.rewrite.write import global_written
 from compare._src.rewrite.write import placements
@@ -89,7 +90,9 @@ def plan(wrapper, ports, steps, axes_count, source) -> Plan:
         f"check_vma=False: the step takes {found[0]}(...) of arguments "
         f"placed with P(); under jax's check that "
         "gradient arrives summed over the mesh and the step's own pmean "
-        "would leave it N times too large (docs/MIGRATION.md#trap-gradient)")
+        "would leave it N times too large (docs/MIGRATION.md#trap-gradient)"
+    ) or (fn and global_loops.unchecked(
+        fn, functions, module, lambda n: positions[n].start.line))
   loads = {}
   for node in ast.walk(ast.parse(source)):
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):

@@ -20,7 +20,8 @@ Why each piece:
 - `check_vma=False` only where the step differentiates: under jax's check
   the gradient of a `P()` argument arrives summed over the mesh and the
   program's own `pmean` would leave N times the gradient (the gradient
-  trap); elsewhere jax's default.
+  trap); and where it runs a loop out of the check's reach
+  (`global_loops`); elsewhere jax's default.
 - a value the body reduces over the axis (`pmean`, `psum`, `pmax`,
   `pmin`, `all_gather`) is the same on every device: it comes out `P()`,
   and its `x[0]` reads become `x` (`global_layouts`).
