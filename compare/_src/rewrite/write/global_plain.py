@@ -16,7 +16,7 @@ import libcst as cst
 from libcst import metadata
 
 from compare._src.rewrite import records
-from compare._src.rewrite.layouts import B, R, S
+from compare._src.rewrite.layouts import R, S
 from compare._src.rewrite.read import names
 from compare._src.rewrite.read import pmap_arguments
 from compare._src.rewrite.read.names import code_of

@@ -36,7 +36,7 @@ Why each piece:
 
 import libcst as cst
 
-from compare._src.rewrite.layouts import B, R, S
+from compare._src.rewrite.layouts import B, R
 from compare._src.rewrite.read.names import code_of
 from compare._src.rewrite.read.names import dotted
 from compare._src.rewrite.read.names import own_nodes

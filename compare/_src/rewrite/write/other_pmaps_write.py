@@ -35,7 +35,6 @@ left as written with a finding naming its line.
 import libcst as cst
 from libcst import metadata
 
-from compare._src.rewrite import records
 from compare._src.rewrite.read import other_pmap_args
 from compare._src.rewrite.read import stacked_calls
 from compare._src.rewrite.read.names import code_of
