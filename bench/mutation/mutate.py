@@ -44,6 +44,11 @@ ALSO_COPY = ("shardport", "legacy_pmap", "sharded", "examples", "docs",
 # mutmut's status words, as `mutmut results --all true` prints them.
 MUTMUT = str(pathlib.Path(sys.executable).parent / "mutmut")
 CAUGHT = {"killed": "killed", "timeout": "timeout", "segfault": "killed"}
+# What mutmut's fork server imports before it forks a mutant's process:
+# libraries whose import starts no thread (jax's backend starts when first
+# used, in the mutant's own process).
+PRELOAD = "mutmut_preload.txt"
+PRELOADED = ("pytest", "numpy", "libcst", "jax", "jax.numpy", "optax")
 
 
 def _scratch(workdir: pathlib.Path, commit: str, path: str, tests,
@@ -65,7 +70,14 @@ def _scratch(workdir: pathlib.Path, commit: str, path: str, tests,
       "pytest_add_cli_args_test_selection": [*tests, *deselect],
       # One process: the machine has 2 cores and others work on it.
       "pytest_add_cli_args": ["-n", "0", "-p", "no:cacheprovider"],
-      "also_copy": list(ALSO_COPY)}
+      "also_copy": list(ALSO_COPY),
+      # Each mutant's tests in a process forked from a server that imported
+      # the libraries only: forked from mutmut's own process, where the
+      # tests had run, a test that runs jax hangs (XLA's threads do not
+      # survive a fork) and the hang was counted as a timeout, caught.
+      "process_isolation": "forkserver", "forkserver_warmup": "import",
+      "preload_modules_file": PRELOAD}
+  (workdir / PRELOAD).write_text("\n".join(PRELOADED) + "\n")
   lines = ["", "[tool.mutmut]"] + [
       f"{key} = {json.dumps(value)}" for key, value in config.items()]
   with open(workdir / "pyproject.toml", "a", encoding="utf-8") as f:
