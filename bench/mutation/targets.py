@@ -71,6 +71,9 @@ MODULES = {
                           OTHER_PMAPS_TESTS),
     "other_pmaps_file": (f"{REWRITE}/write/other_pmaps_file.py",
                          OTHER_PMAPS_TESTS),
+    "on_port_layout": (f"{REWRITE}/proof/on_port_layout.py",
+                       ("tests/test_rewrite_port_layout_units.py",
+                        "tests/test_rewrite_proof_donation.py")),
 }
 # The tests in those files that run whole programs (a rewritten program
 # run or proved: 2.5 s to a minute each on 2 busy cores): left out.
