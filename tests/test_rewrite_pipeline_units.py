@@ -264,3 +264,17 @@ def test_where_a_prefetch_of_a_named_iterator_is_dropped(loop, kept):
   assert not [f.text for f in written.findings if f.kind == Kind.PERSON]
   assert kept in written.code, written.code
   assert "prefetch_to_device(" not in written.code.split("def step")[1]
+
+
+def test_a_generators_batches_read_where_not_followed_are_named_by_line():
+  source = GENERATOR.format(yields="yield common_utils.shard(batch)").replace(
+      "  for batch in jax_utils.prefetch_to_device(batches(3), 2):",
+      "  for batch in list(batches(3)):")
+  written = pipeline.rewrite_global_source(source, "gen.py")
+  assert [(f.line, f.text) for f in written.findings
+          if f.kind == Kind.PERSON] == [(23, (
+              "global step not written: batches(...) yields global batches "
+              "now (placed where they are made) and its value goes where "
+              "this reading does not follow it: read it in a for loop, as "
+              "`x = batches(...)` or through prefetch_to_device "
+              "(docs/MIGRATION.md#idiom-map)"))]
