@@ -91,10 +91,14 @@ def failing_unmutated(scratch: pathlib.Path, tests) -> list[str]:
   deselect = [a for test in SLOW if test.split("::")[0] in tests
               for a in ("--deselect", test)]
   report = scratch / "unmutated.xml"
-  subprocess.run(
+  done = subprocess.run(
       [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider",
        "-q", "-o", "addopts=", f"--junitxml={report}", *tests, *deselect],
-      cwd=scratch, capture_output=True, check=False)
+      cwd=scratch, capture_output=True, text=True, check=False)
+  if not report.is_file():  # pytest never ran: no test to judge by
+    last = (done.stderr or done.stdout).strip().splitlines()[-1:]
+    raise SystemExit(f"bench.mutation: pytest could not run the tests of "
+                     f"{tests[0]} in {scratch}: {''.join(last)}")
   failed = []
   for case in ElementTree.parse(report).iter("testcase"):
     if case.find("failure") is not None or case.find("error") is not None:
