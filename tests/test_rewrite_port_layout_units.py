@@ -109,3 +109,34 @@ def test_a_local_pmaps_keywords_are_the_ports_bound_values_per_device():
       r"\.partial\(f, \.\.\., k=v\)\) to be proved against it$")):
     on_port_layout.with_bound_keywords(step, ("rate", "scale"),
                                        functools.partial(print, scale=1), N)
+
+
+def _pmapped(in_axes, out_axes):
+  """A pmap'd step over 8 devices, its state stacked (0) or not (None):
+  the reshape takes a state of 3 values alone, so only one layout traces."""
+  def step(state, batch):
+    loss = jax.lax.pmean(batch.mean(), "i")
+    return {"w": state["w"].reshape(3) - 0.1 * loss}, {"loss": loss}
+  return jax.pmap(step, axis_name="i", in_axes=in_axes, out_axes=out_axes)
+
+
+@pytest.mark.parametrize("axes, broadcast", [
+    (((0, 0), 0), False), (((None, 0), (None, 0)), True)])
+def test_the_first_step_takes_the_state_as_the_ports_pmap_step_does(
+    axes, broadcast):
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ("i",))
+  pmap_step = _pmapped(*axes)
+  port = port_module.Port(
+      name="unit", init={"w": np.ones(3, np.float32)}, pmap_step=pmap_step,
+      port_step=lambda state, batch: (state, {"loss": batch.mean()}),
+      mesh=mesh, batches=lambda i: np.ones((16, 2), np.float32), steps=1)
+  proved = on_port_layout.with_layout(port, pmap_step)
+  # The Port's layout (one state): pmap's step handed it stacked or as is.
+  state, metrics = proved.port_step({"w": jnp.ones(3)}, jnp.ones((16, 2)))
+  np.testing.assert_allclose(state["w"], np.full(3, 0.9), rtol=1e-6)
+  assert float(metrics["loss"]) == 1.0
+  assert port_module.check(proved).pmap_layout == (
+      "broadcast" if broadcast else "stacked")
+  # A step that cannot take either layout: the first error is raised.
+  with pytest.raises(port_module.PortError):
+    on_port_layout.with_layout(port, lambda state, batch: None)
