@@ -34,7 +34,8 @@ SCOPES_TESTS = ("tests/test_rewrite_global_places.py",
 OTHER_PMAPS_TESTS = ("tests/test_rewrite_nnx_equinox.py",
                      "tests/test_rewrite_other_pmaps.py")
 # Dotted names and pmap's uses: read by every rewrite; the unit files.
-NAMES_TESTS = ("tests/test_rewrite_names.py", "tests/test_rewrite_survivors.py",
+NAMES_TESTS = ("tests/test_rewrite_names.py",
+               "tests/test_rewrite_survivors.py",
                "tests/test_rewrite_pipeline_units.py",
                "tests/test_rewrite_mutation_units.py")
 # Short name -> (source file, the fast test files that pin it).
