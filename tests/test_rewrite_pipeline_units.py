@@ -225,11 +225,12 @@ def test_a_generator_of_global_batches_on_one_line_where_it_fits(
 
 
 def test_a_placed_call_is_aligned_after_its_parenthesis_where_too_long():
+  # pylint: disable=protected-access
   call = "f(aaaa, g(b, c), [d, e])"
-  assert pipeline_written._aligned(call, 4, 4) == call  # pylint: disable=protected-access
-  assert pipeline_written._aligned(call, 70, 4) == (  # pylint: disable=protected-access
+  assert pipeline_written._aligned(call, 4, 4) == call
+  assert pipeline_written._aligned(call, 70, 4) == (
       "f(aaaa,\n" + " " * 68 + "g(b, c),\n" + " " * 68 + "[d, e])")
-  assert pipeline_written._split("a, g(b, c), [d, e]") == [  # pylint: disable=protected-access
+  assert pipeline_written._split("a, g(b, c), [d, e]") == [
       "a", " g(b, c)", " [d, e]"]
 
 
