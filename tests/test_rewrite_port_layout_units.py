@@ -103,12 +103,14 @@ def test_a_local_pmaps_keywords_are_the_ports_bound_values_per_device():
   state, _ = bound(jnp.ones(3), BATCH)
   # rate [N, 2] summed: 8; scale [N] summed: 12.
   np.testing.assert_array_equal(state, np.full(3, 20.0))
-  with pytest.raises(port_module.PortError, match=(
-      r"^--prove: the written step takes rate \(keyword arguments of the "
-      r"program's calls\); the Port's pmap_step must bind them \(functools"
-      r"\.partial\(f, \.\.\., k=v\)\) to be proved against it$")):
-    on_port_layout.with_bound_keywords(step, ("rate", "scale"),
-                                       functools.partial(print, scale=1), N)
+  # Each keyword the Port's function does not bind, named.
+  for partial, missing in ((functools.partial(print, scale=1), "rate"),
+                           (functools.partial(print), "rate, scale")):
+    with pytest.raises(port_module.PortError, match=(
+        rf"^--prove: the written step takes {missing} \(keyword arguments "
+        r"of the program's calls\); the Port's pmap_step must bind them "
+        r"\(functools\.partial\(f, \.\.\., k=v\)\) to be proved against it$")):
+      on_port_layout.with_bound_keywords(step, ("rate", "scale"), partial, N)
 
 
 def _pmapped(in_axes, out_axes):
