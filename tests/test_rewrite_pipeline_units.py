@@ -279,3 +279,16 @@ def test_a_generators_batches_read_where_not_followed_are_named_by_line():
               "this reading does not follow it: read it in a for loop, as "
               "`x = batches(...)` or through prefetch_to_device "
               "(docs/MIGRATION.md#idiom-map)"))]
+
+
+def test_a_prefetch_of_a_module_iterator_in_a_function_is_refused():
+  # `it` is bound at the module's top, not in main: the prefetch is not
+  # known to be of an iterator of global batches there, and stays a read.
+  source = GENERATOR.format(yields="yield common_utils.shard(batch)").replace(
+      _LOOP.split("    print")[0], "it = batches(3)\n\n\ndef main():\n"
+      "  for batch in jax_utils.prefetch_to_device(it, 2):\n")
+  written = pipeline.rewrite_global_source(source, "gen.py")
+  assert [(f.line, f.text) for f in written.findings
+          if f.kind == Kind.PERSON] == [(26, (
+              "global step not written: it is global batches now: read them "
+              "in a for loop or with next() (docs/MIGRATION.md#idiom-map)"))]
