@@ -86,9 +86,11 @@ def test_a_global_step_traces_under_the_ports_mesh_when_given():
 
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:N]), ("data",))
   axes = {"in_axes": (None, None), "out_axes": (None, None)}
-  on_port_layout.on_global_mesh(step, axes, N, mesh)({"w": jnp.ones(3)},
-                                                      BATCH)
-  on_port_layout.on_global_mesh(step, axes, N)({"w": jnp.ones(3)}, BATCH)
+  for given in (mesh, None):
+    state, metrics = on_port_layout.on_global_mesh(step, axes, N, given)(
+        {"w": jnp.ones(3)}, BATCH)
+    np.testing.assert_array_equal(state["w"], np.ones(3))  # handed on
+    assert float(metrics["loss"]) == 7.5
   assert seen[0] == ("data",) and seen[-1] == ()
 
 
