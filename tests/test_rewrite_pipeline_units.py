@@ -292,3 +292,19 @@ def test_a_prefetch_of_a_module_iterator_in_a_function_is_refused():
           if f.kind == Kind.PERSON] == [(26, (
               "global step not written: it is global batches now: read them "
               "in a for loop or with next() (docs/MIGRATION.md#idiom-map)"))]
+
+
+def test_a_stacking_generators_batches_returned_by_name_are_asked_for():
+  # `batches = batch(ds, jax.local_device_count())`: global batches once
+  # written, returned by input_pipeline, which main reads in a zip the
+  # reading does not follow: asked for by line.
+  path = INPUTS / "device_batched_pipeline.py"
+  source = path.read_text().replace(
+      "  return batch(ds, jax.local_device_count())",
+      "  batches = batch(ds, jax.local_device_count())\n  return batches")
+  written = pipeline.rewrite_global_source(source, str(path))
+  assert [(f.line, f.text) for f in written.findings
+          if f.kind == Kind.PERSON] == [(72, (
+              "global step not written: input_pipeline returns global "
+              "batches (line 44): call it as `x = input_pipeline(...)` so "
+              "that it can be followed (docs/REWRITE.md#functions)"))]
