@@ -225,3 +225,30 @@ def test_a_static_step_its_parameters_cannot_say_is_not_written(
   assert _written(f"def step({signature}):\n  return w\n", static) is None
   # The last position its parameters name is written.
   assert _written("def step(w, train):\n  return w\n", (1,)) is not None
+
+
+def test_an_assigned_static_step_calls_its_function_as_pmap_did():
+  # functools.partial(f, k=v): f called with the keywords after the
+  # parameters; a lambda in parentheses, its arguments wrapped at 12.
+  spec = ["mesh=mesh", 'in_specs=(P(), P("i"))', "out_specs=P()"]
+  assert global_static.step_expression(
+      libcst.parse_expression("functools.partial(step, rate=rate)"),
+      ["w", "train", "batch"], (1,), spec, "(0,)") == (
+          "jax.jit(\n"
+          "    lambda w, train, batch: jax.shard_map(\n"
+          "        lambda w, batch: step(w, train, batch, rate=rate),\n"
+          '        mesh=mesh, in_specs=(P(), P("i")), out_specs=P())'
+          "(w, batch),\n"
+          "    static_argnums=(1,), donate_argnums=(0,))")
+  assert global_static.step_expression(
+      libcst.parse_expression("lambda w, t, b: w"),
+      ["weights", "training", "batches"], (1,), spec, None, width=36) == (
+          "jax.jit(\n"
+          "    lambda weights, training, batches: jax.shard_map(\n"
+          "        lambda weights, batches: (lambda w, t, b: w)(\n"
+          "            weights, training,\n"
+          "            batches),\n"
+          "        mesh=mesh,\n"
+          '        in_specs=(P(), P("i")),\n'
+          "        out_specs=P())(weights, batches),\n"
+          "    static_argnums=(1,))")
