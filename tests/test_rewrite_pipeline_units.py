@@ -228,9 +228,6 @@ def test_a_placed_call_is_aligned_after_its_parenthesis_where_too_long():
   # pylint: disable=protected-access
   call = "f(aaaa, g(b, c), [d, e])"
   assert pipeline_written._aligned(call, 4, 4) == call
-  # 53 + 24 + 2 = 79: the last column it fits in on one line.
-  assert pipeline_written._aligned(call, 53, 4) == call
-  assert pipeline_written._aligned(call, 54, 4).startswith("f(aaaa,\n")
   assert pipeline_written._aligned(call, 70, 4) == (
       "f(aaaa,\n" + " " * 68 + "g(b, c),\n" + " " * 68 + "[d, e])")
   assert pipeline_written._split("a, g(b, c), [d, e]") == [
