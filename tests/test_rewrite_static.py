@@ -16,6 +16,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import jax
 import libcst
@@ -242,7 +243,7 @@ def test_an_assigned_static_step_calls_its_function_as_pmap_did():
           "    static_argnums=(1,), donate_argnums=(0,))")
   assert global_static.step_expression(
       libcst.parse_expression("lambda w, t, b: w"),
-      ["weights", "training", "batches"], (1,), spec, None, width=36) == (
+      ["weights", "training", "batches"], (1,), spec, "(0,)", width=36) == (
           "jax.jit(\n"
           "    lambda weights, training, batches: jax.shard_map(\n"
           "        lambda weights, batches: (lambda w, t, b: w)(\n"
@@ -251,4 +252,14 @@ def test_an_assigned_static_step_calls_its_function_as_pmap_did():
           "        mesh=mesh,\n"
           '        in_specs=(P(), P("i")),\n'
           "        out_specs=P())(weights, batches),\n"
-          "    static_argnums=(1,))")
+          "    static_argnums=(1,),\n"
+          "    donate_argnums=(0,))")
+
+
+def test_a_static_position_past_the_calls_arguments_has_no_count():
+  step = types.SimpleNamespace(args=["w", "batch"], static=(2,))
+  assert global_static.count(step) == 3
+  assert global_static.count(types.SimpleNamespace(
+      args=["w", "batch"], static=(3,))) is None
+  assert global_static.count(types.SimpleNamespace(args=[],
+                                                   static=(0,))) is None
