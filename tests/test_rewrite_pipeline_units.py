@@ -5,6 +5,8 @@ Nothing here runs a program: the programs that run are in
 tests/test_rewrite_pipelines.py.
 """
 
+import pathlib
+
 import libcst as cst
 import pytest
 
@@ -12,6 +14,7 @@ from compare._src.rewrite import pipeline
 from compare._src.rewrite.read import global_idioms
 from compare._src.rewrite.read import pipeline_batches
 from compare._src.rewrite.records import Kind
+from compare._src.rewrite.write import pipeline_written
 
 
 @pytest.mark.parametrize("code, rows", [
@@ -158,3 +161,150 @@ def test_a_prefetch_of_a_name_bound_to_global_batches_is_dropped(
   if not refused:
     assert "prefetch_to_device" not in written.code
     assert "  it = batches(3)\n  return it\n" in written.code
+
+
+INPUTS = pathlib.Path(__file__).resolve().parent / "rewrite_inputs"
+
+
+def _rewritten(name):
+  """tests/rewrite_inputs/NAME.py's `--global` rewrite, in-process (the
+  programs run in tests/test_rewrite_pipelines.py)."""
+  path = INPUTS / f"{name}.py"
+  return pipeline.rewrite_global_source(path.read_text(), str(path))
+
+
+def _function(code, name):
+  """The source of `def name` in `code`, to the next top-level line."""
+  start = code.index(f"\ndef {name}(") + 1
+  return code[start:code.index("\n\n\n", start)]
+
+
+def test_a_stacked_yield_is_placed_where_made_one_batch_a_line():
+  written = _rewritten("stacked_batches")
+  assert _function(written.code, "batches").split("\n")[-4:] == [
+      "    yield (jax.make_array_from_process_local_data(batch_sharding,",
+      " " * 50 + "x.reshape(-1, 8)),",
+      "           jax.make_array_from_process_local_data(batch_sharding,",
+      " " * 50 + "y.reshape(-1, 4)))"]
+  assert [f.text for f in written.findings if f.line == 36] == [
+      "a batch stacked [devices, per_device, ...] by the pipeline -> "
+      "jax.make_array_from_process_local_data(NamedSharding(mesh, "
+      "P(\"batch\")), its rows [devices * per_device, ...]): the global "
+      "batch where it is made, each device the rows pmap gave it"] * 2
+
+
+def test_a_generator_stacking_by_the_device_count_yields_global_batches():
+  written = _rewritten("device_batched_pipeline")
+  assert _function(written.code, "input_pipeline").split("\n")[1:] == [
+      "  ds = batch(examples(seed), PER_DEVICE)",
+      "  return (",
+      "      jax.make_array_from_process_local_data(",
+      "          jax.NamedSharding(mesh, jax.P(\"devices\")),",
+      "          jax.tree.map(lambda _x: _x.reshape((-1,) + _x.shape[2:]), "
+      "_batch))",
+      "      for _batch in batch(ds, jax.local_device_count()))"]
+  assert [f.text for f in written.findings
+          if f.line == 43 and f.kind == Kind.CHANGED] == [
+              "batch(..., jax.local_device_count()) -> each batch it stacks "
+              "[devices, per_device, ...] merged to [devices * per_device, "
+              "...] (the same rows on each device) and placed with "
+              "NamedSharding(mesh, P(\"devices\")) as it is read"]
+
+
+@pytest.mark.parametrize("source, written", [
+    # 66 characters: the longest on one line.
+    ("abcde", "(jax.make_array_from_process_local_data(s, b) "
+     "for _batch in abcde)"),
+    ("abcdef", "(\n    jax.make_array_from_process_local_data(s, b)"
+     "\n    for _batch in abcdef)"),
+])
+def test_a_generator_of_global_batches_on_one_line_where_it_fits(
+    source, written):
+  assert cst.Module([]).code_for_node(pipeline_written.generator(
+      "s", "b", source)) == written
+
+
+def test_a_placed_call_is_aligned_after_its_parenthesis_where_too_long():
+  # pylint: disable=protected-access
+  call = "f(aaaa, g(b, c), [d, e])"
+  assert pipeline_written._aligned(call, 4, 4) == call
+  assert pipeline_written._aligned(call, 70, 4) == (
+      "f(aaaa,\n" + " " * 68 + "g(b, c),\n" + " " * 68 + "[d, e])")
+  assert pipeline_written._split("a, g(b, c), [d, e]") == [
+      "a", " g(b, c)", " [d, e]"]
+
+
+_LOOP = ("def main():\n"
+         "  for batch in jax_utils.prefetch_to_device(batches(3), 2):\n"
+         "    print(float(step(batch)[0]))\n")
+
+
+@pytest.mark.parametrize("loop, kept", [
+    # At the module's top level: its scope is the module's.
+    ("it = batches(3)\nit = jax_utils.prefetch_to_device(it, 2)\n"
+     "for batch in it:\n  print(float(step(batch)[0]))\n",
+     "\nit = batches(3)\nfor batch in it:\n"),
+    # A prefetch named as flax's function itself.
+    ("def main():\n  it = batches(3)\n"
+     "  for batch in prefetch_to_device(it, 2):\n"
+     "    print(float(step(batch)[0]))\n",
+     "  it = batches(3)\n  for batch in it:\n"),
+    # A parameter: batches the caller stacked, not the generator's, each
+    # placed as it is read (a prefetch of pmap's own layout).
+    ("def main(it):\n  for batch in jax_utils.prefetch_to_device(it, 2):\n"
+     "    print(float(step(batch)[0]))\n",
+     "_x.reshape((-1,) + _x.shape[2:]), _batch))\n      for _batch in it):"),
+])
+def test_where_a_prefetch_of_a_named_iterator_is_dropped(loop, kept):
+  source = GENERATOR.format(yields="yield common_utils.shard(batch)")
+  source = source.replace(_LOOP, loop).replace(
+      "from flax import jax_utils\n",
+      "from flax import jax_utils\nfrom flax.jax_utils import "
+      "prefetch_to_device\n")
+  written = pipeline.rewrite_global_source(source, "gen.py")
+  assert not [f.text for f in written.findings if f.kind == Kind.PERSON]
+  assert kept in written.code, written.code
+  assert "prefetch_to_device(" not in written.code.split("def step")[1]
+
+
+def test_a_generators_batches_read_where_not_followed_are_named_by_line():
+  source = GENERATOR.format(yields="yield common_utils.shard(batch)").replace(
+      "  for batch in jax_utils.prefetch_to_device(batches(3), 2):",
+      "  for batch in list(batches(3)):")
+  written = pipeline.rewrite_global_source(source, "gen.py")
+  assert [(f.line, f.text) for f in written.findings
+          if f.kind == Kind.PERSON] == [(23, (
+              "global step not written: batches(...) yields global batches "
+              "now (placed where they are made) and its value goes where "
+              "this reading does not follow it: read it in a for loop, as "
+              "`x = batches(...)` or through prefetch_to_device "
+              "(docs/MIGRATION.md#idiom-map)"))]
+
+
+def test_a_prefetch_of_a_module_iterator_in_a_function_is_refused():
+  # `it` is bound at the module's top, not in main: the prefetch is not
+  # known to be of an iterator of global batches there, and stays a read.
+  source = GENERATOR.format(yields="yield common_utils.shard(batch)").replace(
+      _LOOP.split("    print")[0], "it = batches(3)\n\n\ndef main():\n"
+      "  for batch in jax_utils.prefetch_to_device(it, 2):\n")
+  written = pipeline.rewrite_global_source(source, "gen.py")
+  assert [(f.line, f.text) for f in written.findings
+          if f.kind == Kind.PERSON] == [(26, (
+              "global step not written: it is global batches now: read them "
+              "in a for loop or with next() (docs/MIGRATION.md#idiom-map)"))]
+
+
+def test_a_stacking_generators_batches_returned_by_name_are_asked_for():
+  # `batches = batch(ds, jax.local_device_count())`: global batches once
+  # written, returned by input_pipeline, which main reads in a zip the
+  # reading does not follow: asked for by line.
+  path = INPUTS / "device_batched_pipeline.py"
+  source = path.read_text().replace(
+      "  return batch(ds, jax.local_device_count())",
+      "  batches = batch(ds, jax.local_device_count())\n  return batches")
+  written = pipeline.rewrite_global_source(source, str(path))
+  assert [(f.line, f.text) for f in written.findings
+          if f.kind == Kind.PERSON] == [(72, (
+              "global step not written: input_pipeline returns global "
+              "batches (line 44): call it as `x = input_pipeline(...)` so "
+              "that it can be followed (docs/REWRITE.md#functions)"))]

@@ -16,10 +16,12 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import jax
 import libcst
 import numpy as np
+import pytest
 
 from compare import rewrite
 from compare._src.rewrite import pipeline
@@ -169,3 +171,95 @@ def test_the_lambdas_parameters_hide_no_name_the_mapped_function_reads():
   assert global_static.read_names(
       "functools.partial(step, rate=rate)") == {
           "functools", "partial", "step", "rate"}
+
+
+DECORATED = '''
+@functools.partial(jax.pmap, axis_name="i", static_broadcasted_argnums=(1,))
+def step(w, train, batch):
+  """Docs."""
+  return w + batch
+'''
+PARTS = ["mesh=mesh", "in_specs=(P(), P('i'))", "out_specs=P()"]
+
+
+def _written(source, static=(1,), donate="(0,)", width=79):
+  fn = libcst.parse_statement(source.lstrip("\n"))
+  out = global_static.step_function(fn, static, PARTS, donate, width)
+  return None if out is None else libcst.Module([out]).code
+
+
+def test_a_decorated_static_step_is_jit_over_its_shard_map_body():
+  # A unit of the decorated step (the programs' tests write it in full):
+  # the docstring stays outside, the body is the mapped parameters' alone.
+  assert _written(DECORATED) == (
+      "@functools.partial(jax.jit, static_argnums=(1,), "
+      "donate_argnums=(0,))\n"
+      "def step(w, train, batch):\n"
+      '    """Docs."""\n'
+      "    @functools.partial(jax.shard_map, mesh=mesh, "
+      "in_specs=(P(), P('i')),\n"
+      "        out_specs=P())\n"
+      "    def step(w, batch):\n"
+      "        return w + batch\n"
+      "    return step(w, batch)\n")
+  # No docstring: the first statement is the body's; no donation, a
+  # narrow width: jit's and shard_map's keywords one a line.
+  assert _written(DECORATED.replace('  """Docs."""\n', ""), donate=None,
+                  width=40) == (
+      "@functools.partial(jax.jit,\n"
+      "    static_argnums=(1,))\n"
+      "def step(w, train, batch):\n"
+      "    @functools.partial(jax.shard_map,\n"
+      "        mesh=mesh,\n"
+      "        in_specs=(P(), P('i')),\n"
+      "        out_specs=P())\n"
+      "    def step(w, batch):\n"
+      "        return w + batch\n"
+      "    return step(w, batch)\n")
+
+
+@pytest.mark.parametrize("signature, static", [
+    ("w, *rest", (0,)), ("w, *, train", (0,)), ("w, **kw", (0,)),
+    ("w, train", (2,))])
+def test_a_static_step_its_parameters_cannot_say_is_not_written(
+    signature, static):
+  assert _written(f"def step({signature}):\n  return w\n", static) is None
+  # The last position its parameters name is written.
+  assert _written("def step(w, train):\n  return w\n", (1,)) is not None
+
+
+def test_an_assigned_static_step_calls_its_function_as_pmap_did():
+  # functools.partial(f, k=v): f called with the keywords after the
+  # parameters; a lambda in parentheses, its arguments wrapped at 12.
+  spec = ["mesh=mesh", 'in_specs=(P(), P("i"))', "out_specs=P()"]
+  assert global_static.step_expression(
+      libcst.parse_expression("functools.partial(step, rate=rate)"),
+      ["w", "train", "batch"], (1,), spec, "(0,)") == (
+          "jax.jit(\n"
+          "    lambda w, train, batch: jax.shard_map(\n"
+          "        lambda w, batch: step(w, train, batch, rate=rate),\n"
+          '        mesh=mesh, in_specs=(P(), P("i")), out_specs=P())'
+          "(w, batch),\n"
+          "    static_argnums=(1,), donate_argnums=(0,))")
+  assert global_static.step_expression(
+      libcst.parse_expression("lambda w, t, b: w"),
+      ["weights", "training", "batches"], (1,), spec, "(0,)", width=36) == (
+          "jax.jit(\n"
+          "    lambda weights, training, batches: jax.shard_map(\n"
+          "        lambda weights, batches: (lambda w, t, b: w)(\n"
+          "            weights, training,\n"
+          "            batches),\n"
+          "        mesh=mesh,\n"
+          '        in_specs=(P(), P("i")),\n'
+          "        out_specs=P())(weights, batches),\n"
+          "    static_argnums=(1,),\n"
+          "    donate_argnums=(0,))")
+
+
+def test_a_static_position_past_the_calls_arguments_has_no_count():
+  step = types.SimpleNamespace(args=["w", "batch"], static=(2,))
+  assert global_static.count(step) == 3
+  assert global_static.count(types.SimpleNamespace(
+      args=["w", "batch"], static=(3,))) is None
+  assert global_static.count(types.SimpleNamespace(args=[],
+                                                   static=(0,))) is None

@@ -44,6 +44,13 @@ ALSO_COPY = ("shardport", "legacy_pmap", "sharded", "examples", "docs",
 # mutmut's status words, as `mutmut results --all true` prints them.
 MUTMUT = str(pathlib.Path(sys.executable).parent / "mutmut")
 CAUGHT = {"killed": "killed", "timeout": "timeout", "segfault": "killed"}
+# What mutmut's fork server imports before it forks a mutant's process:
+# libraries whose import starts no thread. Not jax: imported before
+# tests/conftest.py sets XLA_FLAGS it has one CPU device, the conftest
+# refuses, and every mutant counted as killed (seen on issue 73's first
+# runs: 100% everywhere, the triaged equivalents among the "killed").
+PRELOAD = "mutmut_preload.txt"
+PRELOADED = ("pytest", "numpy", "libcst")
 
 
 def _scratch(workdir: pathlib.Path, commit: str, path: str, tests,
@@ -65,7 +72,14 @@ def _scratch(workdir: pathlib.Path, commit: str, path: str, tests,
       "pytest_add_cli_args_test_selection": [*tests, *deselect],
       # One process: the machine has 2 cores and others work on it.
       "pytest_add_cli_args": ["-n", "0", "-p", "no:cacheprovider"],
-      "also_copy": list(ALSO_COPY)}
+      "also_copy": list(ALSO_COPY),
+      # Each mutant's tests in a process forked from a server that imported
+      # the libraries only: forked from mutmut's own process, where the
+      # tests had run, a test that runs jax hangs (XLA's threads do not
+      # survive a fork) and the hang was counted as a timeout, caught.
+      "process_isolation": "forkserver", "forkserver_warmup": "import",
+      "preload_modules_file": PRELOAD}
+  (workdir / PRELOAD).write_text("\n".join(PRELOADED) + "\n")
   lines = ["", "[tool.mutmut]"] + [
       f"{key} = {json.dumps(value)}" for key, value in config.items()]
   with open(workdir / "pyproject.toml", "a", encoding="utf-8") as f:
@@ -79,10 +93,14 @@ def failing_unmutated(scratch: pathlib.Path, tests) -> list[str]:
   deselect = [a for test in SLOW if test.split("::")[0] in tests
               for a in ("--deselect", test)]
   report = scratch / "unmutated.xml"
-  subprocess.run(
+  done = subprocess.run(
       [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider",
        "-q", "-o", "addopts=", f"--junitxml={report}", *tests, *deselect],
-      cwd=scratch, capture_output=True, check=False)
+      cwd=scratch, capture_output=True, text=True, check=False)
+  if not report.is_file():  # pytest never ran: no test to judge by
+    last = (done.stderr or done.stdout).strip().splitlines()[-1:]
+    raise SystemExit(f"bench.mutation: pytest could not run the tests of "
+                     f"{tests[0]} in {scratch}: {''.join(last)}")
   failed = []
   for case in ElementTree.parse(report).iter("testcase"):
     if case.find("failure") is not None or case.find("error") is not None:
@@ -209,11 +227,14 @@ def count(row: dict, diffs: dict, triage: dict) -> dict:
   """`row` counted by its `status` (mutant -> mutmut's word), the triage's
   equivalents set apart; `diffs` holds at least each survivor's."""
   row.update({"killed": 0, "timeout": 0, "survived": 0, "no_tests": 0,
-              "equivalent": 0, "unchecked": 0, "survivors": {}, "stale": []})
+              "equivalent": 0, "unchecked": 0, "survivors": {}, "stale": [],
+              "suspect": []})
   for name, word in sorted(row["status"].items()):
     entry = triage.get(name)
     if word in CAUGHT:
       row[CAUGHT[word]] += 1
+      if entry and "equivalent" in entry:
+        row["suspect"].append(name)  # no input can kill it, yet killed
       continue
     if word not in ("survived", "no tests"):
       row["unchecked"] += 1  # skipped, suspicious, not checked
@@ -272,6 +293,9 @@ def _print_row(row):
         flush=True)
   for name in row["stale"]:
     print(f"  triaged as killed, yet survives: {name}")
+  for name in row["suspect"]:
+    print(f"  triaged as equivalent, yet killed (is every test failing "
+          f"under mutmut?): {name}")
 
 
 def check_triage(triage: dict) -> list[str]:

@@ -30,6 +30,14 @@ SCOPES_TESTS = ("tests/test_rewrite_global_places.py",
                 "tests/test_rewrite_global_reads.py",
                 "tests/test_rewrite_global_elsewhere.py",
                 "tests/test_rewrite_survivors.py")
+# The pmaps of other libraries (flax nnx, equinox), read and written.
+OTHER_PMAPS_TESTS = ("tests/test_rewrite_nnx_equinox.py",
+                     "tests/test_rewrite_other_pmaps.py")
+# Dotted names and pmap's uses: read by every rewrite; the unit files.
+NAMES_TESTS = ("tests/test_rewrite_names.py",
+               "tests/test_rewrite_survivors.py",
+               "tests/test_rewrite_pipeline_units.py",
+               "tests/test_rewrite_mutation_units.py")
 # Short name -> (source file, the fast test files that pin it).
 MODULES = {
     "verdicts": (f"{PROVE}/verdicts.py", VERDICT_TESTS),
@@ -51,11 +59,22 @@ MODULES = {
     "pipeline_batches": (f"{REWRITE}/read/pipeline_batches.py",
                          ("tests/test_rewrite_pipeline_units.py",)),
     "other_pmap_args": (f"{REWRITE}/read/other_pmap_args.py",
-                        ("tests/test_rewrite_nnx_equinox.py",
-                         "tests/test_rewrite_other_pmaps.py")),
+                        OTHER_PMAPS_TESTS),
     "global_static": (f"{REWRITE}/write/global_static.py",
                       ("tests/test_rewrite_static.py",
                        "tests/test_rewrite_mutation_units.py")),
+    "pipeline_reads": (f"{REWRITE}/read/pipeline_reads.py",
+                       ("tests/test_rewrite_pipeline_units.py",)),
+    "pipeline_written": (f"{REWRITE}/write/pipeline_written.py",
+                         ("tests/test_rewrite_pipeline_units.py",)),
+    "names": (f"{REWRITE}/read/names.py", NAMES_TESTS),
+    "other_pmaps_write": (f"{REWRITE}/write/other_pmaps_write.py",
+                          OTHER_PMAPS_TESTS),
+    "other_pmaps_file": (f"{REWRITE}/write/other_pmaps_file.py",
+                         OTHER_PMAPS_TESTS),
+    "on_port_layout": (f"{REWRITE}/proof/on_port_layout.py",
+                       ("tests/test_rewrite_port_layout_units.py",
+                        "tests/test_rewrite_proof_donation.py")),
 }
 # The tests in those files that run whole programs (a rewritten program
 # run or proved: 2.5 s to a minute each on 2 busy cores): left out.
