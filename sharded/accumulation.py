@@ -77,6 +77,25 @@ def make_train_step(config, placement, variant="shard_map"):
     loss = lax.pmean(loss, axis_name=devices.AXIS)
     return state.apply_gradients(grads=grads), {"loss": loss}
 
+  if variant == "jit":
+    return _jit_train_step(placement, microbatch_grad, k, loop)
+  # check_vma=False gives `grad` the per-device gradient, as under pmap, so
+  # the one pmean above is right. With check_vma=True the gradient of a P()
+  # input is already summed over the axis and that pmean makes it N times
+  # too large (the gradient trap in docs/MIGRATION.md).
+  step = jax.shard_map(train_step, mesh=placement,
+                       in_specs=(P(), P(devices.AXIS)), out_specs=P(),
+                       check_vma=False)
+  step = jax.jit(step, donate_argnums=0)
+  return step
+
+
+def _jit_train_step(placement, microbatch_grad, k, loop):
+  """The jit port's step: the per-device sums a collective-free shard_map
+  computes (or, at one microbatch per call, the plain program), reduced
+  where jit places the reduction."""
+  n_shards = placement.shape[devices.AXIS]
+
   def device_mean_grads(state, split):
     # This device's K microbatches, averaged here: no collective inside, so
     # nothing reduces a microbatch's gradient on its own. Stacked on a
@@ -115,19 +134,8 @@ def make_train_step(config, placement, variant="shard_map"):
                                  per_device(state, split))
     return state.apply_gradients(grads=grads), {"loss": loss}
 
-  replicated = NamedSharding(placement, P())
-  if variant == "jit":
-    step = jax.jit(global_train_step, out_shardings=replicated,
-                   donate_argnums=0)
-    return step
-  # check_vma=False gives `grad` the per-device gradient, as under pmap, so
-  # the one pmean above is right. With check_vma=True the gradient of a P()
-  # input is already summed over the axis and that pmean makes it N times
-  # too large (the gradient trap in docs/MIGRATION.md).
-  step = jax.shard_map(train_step, mesh=placement,
-                       in_specs=(P(), P(devices.AXIS)), out_specs=P(),
-                       check_vma=False)
-  step = jax.jit(step, donate_argnums=0)
-  return step
+  return jax.jit(global_train_step,
+                 out_shardings=NamedSharding(placement, P()),
+                 donate_argnums=0)
 # endregion
 
