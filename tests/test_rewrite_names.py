@@ -69,3 +69,18 @@ def test_a_functions_own_nodes_leave_out_nested_functions_and_lambdas():
   assert [names.dotted(c.func) for c in calls] == ["g", "n"]
   # The function itself is walked even where it is of `kind`.
   assert names.own_nodes(fn, cst.FunctionDef) == [fn]
+
+
+def test_nested_functions_are_a_steps_own_defs_not_theirs():
+  step = cst.parse_module(
+      "def step(s):\n"
+      "  def loss_fn(p):\n"
+      "    def inner(q):\n"
+      "      return q\n"
+      "    return inner(p)\n"
+      "  f = lambda p: p\n"
+      "  def metrics(m):\n"
+      "    return m\n"
+      "  return loss_fn(s)\n").body[0]
+  assert [fn.name.value for fn in names.nested_functions(step)] == [
+      "loss_fn", "metrics"]

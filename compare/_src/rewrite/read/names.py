@@ -113,3 +113,19 @@ def own_nodes(fn, kind) -> list:
 
   fn.visit(Own())
   return found
+
+
+def nested_functions(fn) -> list:
+  """The defs nested in `fn`'s body (a step's own `loss_fn`), outermost
+  first, not those nested in them."""
+  found = []
+
+  class Inner(cst.CSTVisitor):
+
+    def visit_FunctionDef(self, node):
+      if node is not fn:
+        found.append(node)
+      return node is fn
+
+  fn.visit(Inner())
+  return found

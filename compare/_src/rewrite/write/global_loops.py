@@ -20,6 +20,7 @@ ran it. Issue 74 (lm1b at 558be01e^ through `--global`).
 import libcst as cst
 
 from compare._src.rewrite.read.names import dotted
+from compare._src.rewrite.read.names import nested_functions
 from compare._src.rewrite.read.names import own_nodes
 
 LOOPS = ("while_loop", "fori_loop", "scan")
@@ -88,22 +89,9 @@ def _loop_call(fn, functions, own, seen):
       found = _loop_call(callee, functions, own, (*seen, name))
       if found:
         return found
-  for inner in _nested(fn):
+  for inner in nested_functions(fn):
     found = _loop_call(inner, functions, own, seen)
     if found:
       return found
   return None
 
-
-def _nested(fn) -> list:
-  found = []
-
-  class Inner(cst.CSTVisitor):
-
-    def visit_FunctionDef(self, node):
-      if node is not fn:
-        found.append(node)
-      return node is fn
-
-  fn.visit(Inner())
-  return found

@@ -39,6 +39,7 @@ import libcst as cst
 from compare._src.rewrite.layouts import B, R
 from compare._src.rewrite.read.names import code_of
 from compare._src.rewrite.read.names import dotted
+from compare._src.rewrite.read.names import nested_functions
 from compare._src.rewrite.read.names import own_nodes
 
 REDUCERS = ("pmean", "psum", "pmax", "pmin", "all_gather")
@@ -132,26 +133,11 @@ def gradient_line(fn, functions, position, seen=()) -> tuple | None:
       if found:
         return found
   # A gradient in a nested def or lambda of the step's own (a loss_fn).
-  for inner in [n for n in _nested(fn)]:
+  for inner in nested_functions(fn):
     found = gradient_line(inner, functions, position, seen)
     if found:
       return found
   return None
-
-
-def _nested(fn):
-  found = []
-
-  class Inner(cst.CSTVisitor):
-
-    def visit_FunctionDef(self, node):
-      if node is not fn:
-        found.append(node)
-      return node is fn
-
-  fn.visit(Inner())
-  return found
-
 
 def names(module, needed) -> dict:
   """The names the writer binds at module level, none the program uses."""
