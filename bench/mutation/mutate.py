@@ -32,6 +32,7 @@ import tempfile
 import time
 from xml.etree import ElementTree
 
+from bench.mutation import tally
 from bench.mutation.targets import MODULES
 from bench.mutation.triage import load_triage
 from bench.mutation.triage import read_triage
@@ -41,9 +42,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The tree a mutant's tests import besides `compare` (mutmut's also_copy).
 ALSO_COPY = ("shardport", "legacy_pmap", "sharded", "examples", "docs",
              "bench", "tests")
-# mutmut's status words, as `mutmut results --all true` prints them.
 MUTMUT = str(pathlib.Path(sys.executable).parent / "mutmut")
-CAUGHT = {"killed": "killed", "timeout": "timeout", "segfault": "killed"}
 # What mutmut's fork server imports before it forks a mutant's process:
 # libraries whose import starts no thread. Not jax: imported before
 # tests/conftest.py sets XLA_FLAGS it has one CPU device, the conftest
@@ -149,15 +148,6 @@ def _mutants_in(cwd, path: str, only=()) -> dict:
   return json.loads(done.stdout)
 
 
-def changed_line(diff: str) -> str:
-  """The mutant's own line, as the triage file records it: the first line
-  the mutant adds, stripped (`""` where it only removes)."""
-  for line in diff.splitlines():
-    if line.startswith("+") and not line.startswith("+++"):
-      return line[1:].strip()
-  return ""
-
-
 def _say_failing(tests):
   for test in tests:
     print(f"  fails unmutated, left out: {test.splitlines()[0]}", flush=True)
@@ -207,7 +197,7 @@ def run_module(short: str, args, triage: dict, failing: dict) -> dict:
          "cut_at_timeout": cut, "seed": args.seed,
          "failing_unmutated": failing[tests], "commit": args.commit,
          "status": _statuses(scratch, names)}
-  return count(row, {n: diffs[n] for n in names}, triage)
+  return tally.count(row, {n: diffs[n] for n in names}, triage)
 
 
 def _statuses(scratch, names) -> dict:
@@ -221,38 +211,6 @@ def _statuses(scratch, names) -> dict:
     if name in status:
       status[name] = word
   return status
-
-
-def count(row: dict, diffs: dict, triage: dict) -> dict:
-  """`row` counted by its `status` (mutant -> mutmut's word), the triage's
-  equivalents set apart; `diffs` holds at least each survivor's."""
-  row.update({"killed": 0, "timeout": 0, "survived": 0, "no_tests": 0,
-              "equivalent": 0, "unchecked": 0, "survivors": {}, "stale": [],
-              "suspect": []})
-  for name, word in sorted(row["status"].items()):
-    entry = triage.get(name)
-    if word in CAUGHT:
-      row[CAUGHT[word]] += 1
-      if entry and "equivalent" in entry:
-        row["suspect"].append(name)  # no input can kill it, yet killed
-      continue
-    if word not in ("survived", "no tests"):
-      row["unchecked"] += 1  # skipped, suspicious, not checked
-      continue
-    # A survivor with no diff kept was an equivalent when it ran.
-    diff = diffs.get(name)
-    if entry and "equivalent" in entry and (
-        diff is None or entry.get("line") == changed_line(diff)):
-      row["equivalent"] += 1
-      continue
-    if entry and "killed_by" in entry:
-      row["stale"].append(name)  # triaged as killed, yet it survives
-    row["no_tests" if word == "no tests" else "survived"] += 1
-    row["survivors"][name] = diff or ""
-  judged = row["mutants"] - row["equivalent"] - row["unchecked"]
-  row["caught_pct"] = (100.0 * (row["killed"] + row["timeout"]) / judged
-                       if judged else 100.0)
-  return row
 
 
 def recount(path: str, workdir: str, triage: dict) -> list[dict]:
@@ -269,33 +227,8 @@ def recount(path: str, workdir: str, triage: dict) -> list[dict]:
       row["status"] = {name: word for name, word in (
           line.strip().split(": ", 1) for line in every.splitlines()
           if ": " in line) if not (row["sampled"] and word == "not checked")}
-    count(row, row["survivors"], triage)
+    tally.count(row, row["survivors"], triage)
   return rows
-
-
-def _print_head(commit: str):
-  print(f"mutmut on HEAD ({commit[:7]}), one module at a time; left out, as "
-        f"they run whole programs: {len(SLOW)} tests "
-        "(bench/mutation/targets.py SLOW)")
-  print(f"{'module':<16} {'killed':>6} {'timeout':>7} {'survived':>8} "
-        f"{'no tests':>8} {'equivalent':>10} {'caught':>8} {'time':>7}  "
-        "mutants")
-
-
-def _print_row(row):
-  how = (f"{row['mutants']} of {row['of']}, sampled (seed {row['seed']})"
-         if row["sampled"] else f"all {row['mutants']}")
-  if row.get("cut_at_timeout") or row["unchecked"]:
-    how += f", {row['unchecked']} unchecked"
-  print(f"{row['module']:<16} {row['killed']:>6} {row['timeout']:>7} "
-        f"{row['survived']:>8} {row['no_tests']:>8} {row['equivalent']:>10} "
-        f"{row['caught_pct']:>7.1f}% {row['seconds']:>6.0f}s  {how}",
-        flush=True)
-  for name in row["stale"]:
-    print(f"  triaged as killed, yet survives: {name}")
-  for name in row["suspect"]:
-    print(f"  triaged as equivalent, yet killed (is every test failing "
-          f"under mutmut?): {name}")
 
 
 def check_triage(triage: dict) -> list[str]:
@@ -313,9 +246,9 @@ def check_triage(triage: dict) -> list[str]:
       for name in names:
         if name not in diffs:
           problems.append(f"{name}: no such mutant of {path}")
-        elif triage[name]["line"] != changed_line(diffs[name]):
+        elif triage[name]["line"] != tally.changed_line(diffs[name]):
           problems.append(f"{name}: its line is now "
-                          f"{changed_line(diffs[name])!r}")
+                          f"{tally.changed_line(diffs[name])!r}")
   return problems
 
 
@@ -362,20 +295,20 @@ def main(argv=None) -> int:
     return 1 if problems else 0
   if args.recount:
     rows = json.loads(pathlib.Path(args.recount).read_text())
-    _print_head(rows[0].get("commit", "") if rows else "")
+    tally.print_head(rows[0].get("commit", "") if rows else "")
     for row in recount(args.recount, args.workdir, triage):
-      _print_row(row)
+      tally.print_row(row)
     return 0
   shorts = [s for s in args.modules.split(",") if s]
   args.commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
                                capture_output=True, text=True,
                                check=True).stdout.strip()
-  _print_head(args.commit)
+  tally.print_head(args.commit)
   rows, failing = [], {}
   for short in shorts:
     row = run_module(short, args, triage, failing)
     rows.append(row)
-    _print_row(row)
+    tally.print_row(row)
     if args.survivors:
       out = pathlib.Path(args.survivors) / short
       if out.exists():
