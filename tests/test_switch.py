@@ -14,14 +14,13 @@ time, and Adam's state (moments and count) is handed over with the params.
 
 import json
 
-import jax
-from jax.experimental.compilation_cache import compilation_cache
 import pytest
 
 from compare._src import cli
 from compare._src.prove import runner
 from shardport import strategies
 from compare._src.prove import switch
+from tests import compile_cache
 from tests import helpers
 from shardport.workloads import datasets
 from shardport.workloads import digest
@@ -37,14 +36,9 @@ OPTIONS = {"data_parallel": {"workload": "linear512", "global_batch": 64},
 
 @pytest.fixture(scope="module", autouse=True)
 def compile_once(tmp_path_factory):
-  """A persistent compilation cache for this module's runs, then none."""
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-  compilation_cache.set_cache_dir(str(tmp_path_factory.mktemp("xla")))
-  compilation_cache.reset_cache()
-  yield
-  jax.config.update("jax_compilation_cache_dir", None)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-  compilation_cache.reset_cache()
+  """A persistent compilation cache for this module's runs (the suite's
+  where there is one), the one before it kept after it."""
+  yield from compile_cache.module_cache(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

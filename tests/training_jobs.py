@@ -11,13 +11,12 @@ import json
 import pathlib
 import shutil
 
-import jax
-from jax.experimental.compilation_cache import compilation_cache
 import pytest
 
 from shardport import strategies
 from legacy_pmap import train as legacy_train
 from sharded import train as sharded_train
+from tests import compile_cache
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROGRAMS = {"legacy_pmap": legacy_train, "sharded": sharded_train}
@@ -53,15 +52,9 @@ def stopped_at(workdir, step, into):
 
 @pytest.fixture(scope="module", autouse=True)
 def compile_once(tmp_path_factory):
-  """A persistent compilation cache for this module's runs, then none."""
-  cache = str(tmp_path_factory.mktemp("xla"))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-  compilation_cache.set_cache_dir(cache)
-  compilation_cache.reset_cache()
-  yield cache
-  jax.config.update("jax_compilation_cache_dir", None)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-  compilation_cache.reset_cache()
+  """A persistent compilation cache for this module's runs (the suite's
+  where there is one), the one before it kept after it."""
+  yield from compile_cache.module_cache(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
