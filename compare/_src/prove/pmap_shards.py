@@ -1,0 +1,123 @@
+"""pmap's state held as per-device shards (`Port.pmap_specs`): FSDP's
+classic program, each device holding one piece of a leaf split along an
+axis, pmap taking the pieces stacked.
+
+A spec is read in the `PartitionSpec` language of `Port.port_specs`: an
+axis that names the mesh's axes is split over pmap's devices (all of the
+mesh's, in its order), one piece per device; a leaf with no such axis is a
+copy per device. The engine splits a host state so (`place`), reads it
+back whole (`join`) and traces pmap's step on the pieces' shapes
+(`abstract`, `whole`).
+"""
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from compare import conversions
+
+
+def axes(port, state) -> list | None:
+  """The split axis of every leaf of `state` (in `jax.tree.leaves` order;
+  None: a copy per device) by `port.pmap_specs`, or None without them.
+
+  Raises:
+    ValueError: a spec that is not a prefix of the state, splits more than
+      one axis, names other than all of the mesh's axes, or splits an axis
+      pmap's devices do not divide.
+  """
+  if port.pmap_specs is None:
+    return None
+  specs = conversions.spec_per_leaf(port.pmap_specs, state)
+  names = tuple(port.mesh.axis_names)
+  found = []
+  for (path, x), spec in zip(jax.tree_util.tree_leaves_with_path(state),
+                             jax.tree.leaves(specs, is_leaf=_is_spec)):
+    where = f"leaf {jax.tree_util.keystr(path)} {list(np.shape(x))}"
+    split = [i for i, entry in enumerate(spec) if entry is not None]
+    if len(split) > 1 or len(spec) > np.ndim(x):
+      raise ValueError(f"{where}: {spec} splits more than one axis, or more "
+                      "axes than the leaf has (pmap holds one piece a device)")
+    if split and _names(spec[split[0]]) != names:
+      raise ValueError(f"{where}: {spec} must name all of the mesh's axes "
+                      f"{names} (pmap maps over all of its devices)")
+    if split and np.shape(x)[split[0]] % port.mesh.size:
+      raise ValueError(f"{where}: axis {split[0]} does not split over "
+                      f"{port.mesh.size} devices")
+    found.append(split[0] if split else None)
+  return found
+
+
+def _is_spec(x) -> bool:
+  return isinstance(x, P)
+
+
+def _names(entry) -> tuple:
+  return tuple(entry) if isinstance(entry, tuple) else (entry,)
+
+
+def _local_rows(mesh) -> list[int]:
+  """This process's devices' places among pmap's (the mesh's, in order)."""
+  return [i for i, d in enumerate(mesh.devices.flat)
+          if d.process_index == jax.process_index()]
+
+
+def place(state, split, mesh, devices):
+  """A whole host `state` as pmap takes it on this process's `devices`:
+  each leaf `[local devices, *piece]`, device i's piece on device i."""
+  n, rows = mesh.size, _local_rows(mesh)
+  sharding = NamedSharding(jax.sharding.Mesh(np.array(devices), ("devices",)),
+                           P("devices"))
+
+  def stacked(x, axis):
+    x = np.asarray(x)
+    pieces = (np.broadcast_to(x, (n, *x.shape)) if axis is None
+              else np.stack(np.split(x, n, axis=axis)))
+    mine = np.ascontiguousarray(pieces[rows])
+    return conversions._owned(  # pylint: disable=protected-access
+        jax.make_array_from_single_device_arrays(
+            mine.shape, sharding,
+            [jax.device_put(row[None], d) for row, d in zip(mine, devices)]),
+        mine)
+
+  leaves, tree = jax.tree.flatten(jax.device_get(state))
+  return jax.tree.unflatten(tree, [stacked(x, a)
+                                   for x, a in zip(leaves, split)])
+
+
+def join(state, split):
+  """pmap's stacked `state` on the host, every leaf whole: its pieces
+  joined, or its first copy; every process's pieces, in process order."""
+  leaves, tree = jax.tree.flatten(jax.device_get(state))
+  if jax.process_count() > 1:  # each process holds its own devices' pieces
+    leaves = multihost_utils.process_allgather(leaves, tiled=True)
+  return jax.tree.unflatten(tree, [
+      np.array(x[0]) if a is None else np.concatenate(list(x), axis=a)
+      for x, a in zip(leaves, split)])
+
+
+def abstract(state, split, n_local: int, n: int):
+  """`state`'s shapes as pmap's step takes them: `[n_local, *piece]`."""
+  def piece(x, axis):
+    shape = list(np.shape(x))
+    if axis is not None:
+      shape[axis] //= n
+    return jax.ShapeDtypeStruct((n_local, *shape), np.asarray(x).dtype)
+  leaves, tree = jax.tree.flatten(state)
+  return jax.tree.unflatten(tree, [piece(x, a) for x, a in zip(leaves, split)])
+
+
+def whole(out, split, n: int):
+  """pmap's traced state (device axis dropped) with each piece's split
+  axis `n` times longer: the whole leaves' shapes."""
+  def grown(x, axis):
+    shape = list(x.shape)
+    if axis is not None:
+      shape[axis] *= n
+    return jax.ShapeDtypeStruct(tuple(shape), x.dtype)
+  leaves, tree = jax.tree.flatten(out)
+  if len(leaves) != len(split):  # a tree of other leaves: tree_difference
+    return out
+  return jax.tree.unflatten(tree, [grown(x, a) for x, a in zip(leaves, split)])
