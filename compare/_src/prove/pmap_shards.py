@@ -121,3 +121,43 @@ def whole(out, split, n: int):
   if len(leaves) != len(split):  # a tree of other leaves: tree_difference
     return out
   return jax.tree.unflatten(tree, [grown(x, a) for x, a in zip(leaves, split)])
+
+
+class Checkpoints:
+  """pmap's sharded state in a checkpoint (`--switch-at`): every leaf
+  whole, as the ports' layouts save it, so a port restores it; restored
+  whole onto one device, then split onto pmap's devices as `like` holds
+  them (`shardport.training.checkpoints.Layout`'s `placement`).
+
+  Args:
+    axes: the split axis of every leaf of the saved fields
+      (`checkpoints.saved_fields` of the state with its axes for leaves,
+      `REPLICATED` for a copy per device).
+    mesh: the Port's mesh.
+  """
+
+  REPLICATED = -1
+
+  def __init__(self, axes, mesh):
+    self._axes, self._mesh = axes, mesh
+
+  def _split(self):
+    return [None if a == self.REPLICATED else a
+            for a in jax.tree.leaves(self._axes)]
+
+  def to_checkpoint(self, tree):
+    return join(tree, self._split())
+
+  def checkpoint_target(self, tree):
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    n = self._mesh.size
+    leaves, treedef = jax.tree.flatten(tree)
+    return jax.tree.unflatten(treedef, [
+        jax.ShapeDtypeStruct(
+            tuple(s * (n if i == a else 1) for i, s in enumerate(x.shape[1:])),
+            x.dtype, sharding=device)
+        for x, a in zip(leaves, self._split())])
+
+  def from_checkpoint(self, tree, like):
+    devices = list(jax.tree.leaves(like)[0].sharding.mesh.devices.flat)
+    return place(tree, self._split(), self._mesh, devices)

@@ -17,6 +17,7 @@ from compare._src.prove import adapt
 from compare._src.prove import device_evaluation
 from compare._src.prove import host_copies
 from compare._src.prove import pmap_shards
+from shardport.training import checkpoints
 from compare import conversions
 from shardport.strategies import negative_controls as controls
 from shardport.strategies import perturbations
@@ -167,6 +168,16 @@ class ShardedPmapRun(PmapRun):
   def __init__(self, port, state, step, split):
     super().__init__(port, state, step)
     self._split = split
+
+  @property
+  def CHECKPOINTS(self):  # pylint: disable=invalid-name
+    """Whole leaves in the checkpoint (`--switch-at`), split again on
+    restore: the layout of the saved fields' pieces."""
+    axes = jax.tree.unflatten(jax.tree.structure(self._state), [
+        pmap_shards.Checkpoints.REPLICATED if a is None else a
+        for a in self._split])
+    return pmap_shards.Checkpoints(checkpoints.saved_fields(axes),
+                                   self._port.mesh)
 
   def place(self, state, placement):
     return pmap_shards.place(state, self._split, self._port.mesh, placement)
