@@ -234,8 +234,10 @@ def in_harness_shape(port: Port, state, rest=None, port_rest=None) -> Port:
         name: adapt.held_step(step, compiled=True, rest=port_rest)
         for name, step in port.extra_ports.items()}
   if port.baselines:
-    steps["baselines"] = {name: dataclasses.replace(b, step=adapt.held_step(
-        b.step, compiled=True, rest=rest)) for name, b in port.baselines.items()}
+    steps["baselines"] = {
+        name: dataclasses.replace(b, step=adapt.held_step(
+            b.step, compiled=True, rest=rest))
+        for name, b in port.baselines.items()}
   for field in ("port_specs", "pmap_specs"):  # the team's tree: held params
     if getattr(port, field) is not None:
       steps[field] = adapt.HeldState(params=getattr(port, field), opt_state=(),
