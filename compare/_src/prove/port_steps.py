@@ -112,7 +112,8 @@ STACKED, BROADCAST = "stacked", "broadcast"
 def _trace_pmap(port: Any, state, batch, split=None):
   """pmap's step traced on the state as it takes it: stacked (in pieces
   where `split`, `pmap_shards.axes`, says so), or else broadcast. Returns
-  `(its state without a device axis, whole, its metrics, layout)`."""
+  `(its state without a device axis, its leaves whole, its metrics,
+  layout)`."""
   # Each process's pmap maps over its own devices, on its rows.
   n = sum(d.process_index == jax.process_index()
           for d in port.mesh.devices.flat)
@@ -120,11 +121,14 @@ def _trace_pmap(port: Any, state, batch, split=None):
   mine = jax.tree.map(lambda x: x[jax.process_index() * rows:][:rows], batch)
   batch_split = _abstract(conversions.split_batch(mine, n))
   if split is not None:  # held in pieces: stacked, and only so
+    # A trace's axis is this process's devices alone (as long as the
+    # arrays it is given): each traced piece is 1/n of the leaf, so that
+    # a gather of them is whole, as every process's pieces are when run.
     out, metrics = _trace("pmap_step", port.pmap_step, pmap_shards.abstract(
-        state, split, n, port.mesh.size), batch_split)
+        state, split, n, n), batch_split)
     out = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
                        out)
-    return pmap_shards.whole(out, split, port.mesh.size), metrics, STACKED
+    return pmap_shards.whole(out, split, n), metrics, STACKED
   stacked = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
       (n, *np.shape(x)), np.asarray(x).dtype), state)
   try:
