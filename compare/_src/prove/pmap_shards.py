@@ -76,15 +76,27 @@ def place(state, split, mesh, devices):
     pieces = (np.broadcast_to(x, (n, *x.shape)) if axis is None
               else np.stack(np.split(x, n, axis=axis)))
     mine = np.ascontiguousarray(pieces[rows])
-    return conversions._owned(  # pylint: disable=protected-access
-        jax.make_array_from_single_device_arrays(
-            mine.shape, sharding,
-            [jax.device_put(row[None], d) for row, d in zip(mine, devices)]),
-        mine)
+    return _owned(jax.make_array_from_single_device_arrays(
+        mine.shape, sharding,
+        [jax.device_put(row[None], d) for row, d in zip(mine, devices)]),
+                  mine)
 
   leaves, tree = jax.tree.flatten(jax.device_get(state))
   return jax.tree.unflatten(tree, [stacked(x, a)
                                    for x, a in zip(leaves, split)])
+
+
+def _owned(array, host):
+  """`array`, copied device to device where any device's piece is `host`'s
+  memory: XLA:CPU puts a 64-byte aligned numpy row without a copy, and a
+  donating step must own what it is given (`conversions.to_mesh`'s
+  `_owned` looks at the first piece alone: each of these pieces is a
+  different row of `host`, any of them aligned)."""
+  start = host.ctypes.data
+  if any(start <= shard.data.unsafe_buffer_pointer() < start + host.nbytes
+         for shard in array.addressable_shards):
+    return jax.device_put(array, array.sharding, may_alias=False)
+  return array
 
 
 def join(state, split):
