@@ -229,7 +229,9 @@ class MeshRun(_Run):
     return self._port.port_evaluate or self._port.evaluate
 
   def host_state(self, state):
-    return jax.device_get(state)
+    """On the host, a leaf split over many processes gathered
+    (`host_copies.fetch`)."""
+    return jax.tree.map(host_copies.fetch, state)
 
   def metrics_to_host(self, metrics):
     return jax.device_get(adapt.metrics_dict(metrics))
