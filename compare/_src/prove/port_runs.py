@@ -351,11 +351,12 @@ def plan(checked, calibration_runs: int = 0) -> Plan:
     The `Plan`.
   """
   port, state, batches = checked.port, checked.state, checked.batches
-  pmap = (PmapRun(port, state, port.pmap_step)
-          if checked.pmap_layout == port_steps.STACKED
-          else BroadcastPmapRun(port, state, port.pmap_step))
   if checked.pmap_split is not None:
     pmap = ShardedPmapRun(port, state, port.pmap_step, checked.pmap_split)
+  elif checked.pmap_layout == port_steps.STACKED:
+    pmap = PmapRun(port, state, port.pmap_step)
+  else:
+    pmap = BroadcastPmapRun(port, state, port.pmap_step)
   ports = {port.port_name: port.port_step, **(port.extra_ports or {})}
   runs = [PlannedRun("pmap", pmap, "pmap"),
           *(PlannedRun(name, MeshRun(port, checked.port_state, step), name)

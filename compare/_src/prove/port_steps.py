@@ -114,8 +114,8 @@ STACKED, BROADCAST = "stacked", "broadcast"
 def _trace_pmap(port: Any, state, batch, split=None):
   """pmap's step traced on the state as it takes it: stacked (in pieces
   where `split`, `pmap_shards.axes`, says so), or else broadcast. Returns
-  `(its state without a device axis, its leaves whole, its metrics (None:
-  not traced), layout)`."""
+  `(state, metrics, layout)`: its state without a device axis, each leaf
+  whole; its metrics, None where not traced; pmap's layout."""
   # Each process's pmap maps over its own devices, on its rows.
   n = sum(d.process_index == jax.process_index()
           for d in port.mesh.devices.flat)
