@@ -37,6 +37,7 @@ if typing.TYPE_CHECKING:  # the names, for type checkers and the guide
   from compare.conversions import to_mesh
   from compare.conversions import unreplicate
   from compare.pmap_checkpoints import from_pmap_checkpoint
+  from compare._src.prove.baseline import Baseline
   from compare._src.prove.device_evaluation import DeviceEvaluation
   from compare._src.prove.port import Port
   from compare._src.prove.port import PortError
@@ -47,6 +48,7 @@ if typing.TYPE_CHECKING:  # the names, for type checkers and the guide
 _PUBLIC = {
     "Port": "compare._src.prove.port",
     "DeviceEvaluation": "compare._src.prove.device_evaluation",
+    "Baseline": "compare._src.prove.baseline",
     "adapt_step": "compare._src.prove.adapt",
     "PortError": "compare._src.prove.port",
     "Proof": "compare._src.prove.proof",

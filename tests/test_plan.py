@@ -17,8 +17,8 @@ ASKED_ONCE = ("active_runs", "why_skipped", "calls_per_step", "eval_every",
               "control")
 
 
-def _linreg():
-  strategy = strategies.get("data_parallel")
+def _linreg(name="data_parallel"):
+  strategy = strategies.get(name)
   data = datasets.load("linreg")
   config = strategy.make_config({"workload": "linreg", "steps": 3}, data)
   return strategy, config, data
@@ -58,14 +58,16 @@ def test_a_plan_is_frozen():
     planned.truth = "pmap"
 
 
-def test_data_parallel_is_planned_as_its_port_with_the_strategys_runs():
-  """`--strategy data_parallel` is proved as a `compare.Port`
+@pytest.mark.parametrize("name", ["data_parallel", "fsdp"])
+def test_a_strategy_is_planned_as_its_port_with_the_strategys_runs(name):
+  """`--strategy data_parallel` (and fsdp) is proved as a `compare.Port`
   (`compare._src.ports`): its plan has the runs, pairs, truth, port runs,
   calibration runs and judged metrics the strategy declares, the runs
-  being the Port's own, none of the strategy's modules."""
+  being the Port's own, none of the strategy's modules (fsdp's
+  data_parallel run a `compare.Baseline`, in no port run)."""
   from compare._src import ports  # pylint: disable=g-import-not-at-top
   from shardport.strategies import perturbations  # pylint: disable=g-import-not-at-top
-  strategy, config, data = _linreg()
+  strategy, config, data = _linreg(name)
   planned = ports.plan(strategy, config, data, 8)
   assert [run.name for run in planned.runs] == [
       run.name for run in strategy.runs]

@@ -12,6 +12,7 @@ engine numpy copies (`to_host`); runs that agree bitwise share one.
 """
 
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 
 from compare._src.prove import equivalence
@@ -74,6 +75,15 @@ def device_leaf(x, stacked: bool = False):
     return DeviceLeaf(x.addressable_shards[0].data, True)
   if x.is_fully_replicated:
     return DeviceLeaf(x.addressable_shards[0].data, False)
+  return fetch(x)
+
+
+def fetch(x):
+  """`x` as numpy: a leaf split over many processes (a port's FSDP state)
+  gathered from all of them, so every process must fetch it alike."""
+  if isinstance(x, jax.Array) and not x.is_fully_addressable and (
+      not x.is_fully_replicated):
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
   return np.array(x)
 
 

@@ -15,7 +15,9 @@ from typing import Any
 import jax
 
 from compare._src.prove import adapt
+from compare._src.prove import baseline
 from compare._src.prove import device_evaluation
+from compare._src.prove import pmap_shards
 from compare._src.prove import port_fields
 from compare._src.prove import port_steps
 from compare._src.prove.port_steps import PortError
@@ -99,6 +101,19 @@ class Port:
       sums are summarised); each run evaluates its state in its own layout
       during training and at the end, and the end-of-run check evaluates
       one shared state with each side's step.
+    pmap_specs: optional: pmap's state held as per-device shards (FSDP's
+      classic program: each device one piece of a leaf, pmap taking the
+      pieces stacked), in `port_specs`' language: an axis that names the
+      mesh's axes is split over pmap's devices, one piece per device in
+      the mesh's order; a leaf without one is a copy per device. The
+      harness splits the state so for pmap's step and joins the pieces to
+      compare whole leaves. Without it pmap's state is whole on every
+      device (stacked or broadcast).
+    baselines: optional: runs of other programs beside the port, by run
+      name (`{"data_parallel": compare.Baseline(step)}` beside an FSDP
+      port, whose memory is reported against it): each trains from `init`
+      on the same batches, is judged in `pairs` where named there, and is
+      no port (no negative control is planted in it).
 
   A state's leaves that are not arrays (an equinox module's strings, bools
   and callables) are held apart and joined again for each call of a step,
@@ -123,6 +138,8 @@ class Port:
   pairs: tuple[tuple[str, str], ...] | None = None
   calibration: str = "nudge"
   device_evaluation: Any = None
+  pmap_specs: Any = None
+  baselines: dict[str, Any] | None = None
 
 
 class Batches:
@@ -216,9 +233,15 @@ def in_harness_shape(port: Port, state, rest=None, port_rest=None) -> Port:
     steps["extra_ports"] = {
         name: adapt.held_step(step, compiled=True, rest=port_rest)
         for name, step in port.extra_ports.items()}
-  if port.port_specs is not None:  # the team's tree is the held params
-    steps["port_specs"] = adapt.HeldState(
-        params=port.port_specs, opt_state=(), step=jax.sharding.PartitionSpec())
+  if port.baselines:
+    steps["baselines"] = {
+        name: dataclasses.replace(b, step=adapt.held_step(
+            b.step, compiled=True, rest=rest))
+        for name, b in port.baselines.items()}
+  for field in ("port_specs", "pmap_specs"):  # the team's tree: held params
+    if getattr(port, field) is not None:
+      steps[field] = adapt.HeldState(params=getattr(port, field), opt_state=(),
+                                     step=jax.sharding.PartitionSpec())
   evaluations = {field: _held_evaluation(getattr(port, field), given_rest)
                  for field, given_rest in (("evaluate", rest),
                                            ("port_evaluate", port_rest))}
@@ -262,6 +285,8 @@ class Checked:
       `BROADCAST`.
     port_state: the port's own initial host state (`port_init`), else
       `state`.
+    pmap_split: each leaf's axis split over pmap's devices (`pmap_specs`,
+      `pmap_shards.axes`), or None where pmap holds whole leaves.
   """
 
   port: Port
@@ -270,6 +295,7 @@ class Checked:
   rows: int
   pmap_layout: str
   port_state: Any = None
+  pmap_split: list | None = None
 
 
 def check(port: Port) -> Checked:
@@ -277,6 +303,7 @@ def check(port: Port) -> Checked:
   if not isinstance(port, Port):
     raise PortError(f"expected a compare.Port, got {type(port).__name__}")
   port_fields.check_callables(port)
+  baseline.check(port)
   port_fields.check_runs(port)
   device_evaluation.check(port)
   state, rest = initial_state(port)
@@ -290,10 +317,15 @@ def check(port: Port) -> Checked:
       raise PortError(problem)
   port = in_harness_shape(port, state, rest, port_rest)
   port_fields.check_specs(port, port_state)
+  baseline.check_specs(port, state)
+  try:
+    split = pmap_shards.axes(port, state)
+  except ValueError as err:
+    raise PortError(f"pmap_specs: {err}") from err
   batches = Batches(port.batches)
   batch = _called("batches", batches, 0)
   rows = port_steps.check_batch(batch, port.mesh.size)
-  layout = port_steps.check_steps(port, state, batch, port_state)
+  layout = port_steps.check_steps(port, state, batch, port_state, split)
   if port.evaluate is not None:
     metrics = port_fields.check_metrics("evaluate",
                              _called("evaluate", port.evaluate, state))
@@ -303,7 +335,7 @@ def check(port: Port) -> Checked:
     if set(ported) != set(metrics):
       raise PortError(f"port_evaluate returns {sorted(ported)} where "
                       f"evaluate returns {sorted(metrics)}: the same metrics")
-  return Checked(port, state, batches, rows, layout, port_state)
+  return Checked(port, state, batches, rows, layout, port_state, split)
 
 
 def planted(checked: Checked, port: Port) -> Checked:

@@ -87,8 +87,10 @@ CALIBRATIONS = ("nudge", "row_order")
 
 
 def run_names(port) -> tuple[str, ...]:
-  """Every run a `Port` has, by name: pmap's, its ports', the reference's."""
+  """Every run a `Port` has, by name: pmap's, its ports', its baselines',
+  the reference's."""
   return ("pmap", port.port_name, *(port.extra_ports or {}),
+          *(port.baselines or {}),
           *(("reference",) if port.reference_step is not None else ()))
 
 

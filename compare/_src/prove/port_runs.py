@@ -16,6 +16,8 @@ import numpy as np
 from compare._src.prove import adapt
 from compare._src.prove import device_evaluation
 from compare._src.prove import host_copies
+from compare._src.prove import pmap_shards
+from shardport.training import checkpoints
 from compare import conversions
 from shardport.strategies import negative_controls as controls
 from shardport.strategies import perturbations
@@ -159,6 +161,35 @@ class PmapRun(_Run):
                         jax.device_get(adapt.metrics_dict(metrics)))
 
 
+class ShardedPmapRun(PmapRun):
+  """pmap's state as per-device shards (`Port.pmap_specs`): each split leaf
+  one piece per device, stacked, and joined again to compare."""
+
+  def __init__(self, port, state, step, split):
+    super().__init__(port, state, step)
+    self._split = split
+
+  @property
+  def CHECKPOINTS(self):  # pylint: disable=invalid-name
+    """Whole leaves in the checkpoint (`--switch-at`), split again on
+    restore: the layout of the saved fields' pieces."""
+    axes = jax.tree.unflatten(jax.tree.structure(self._state), [
+        pmap_shards.Checkpoints.REPLICATED if a is None else a
+        for a in self._split])
+    return pmap_shards.Checkpoints(checkpoints.saved_fields(axes),
+                                   self._port.mesh)
+
+  def place(self, state, placement):
+    return pmap_shards.place(state, self._split, self._port.mesh, placement)
+
+  def host_state(self, state):
+    return pmap_shards.join(state, self._split)
+
+  def host_view(self, state):
+    """The whole leaves, joined on the host: no one device holds them."""
+    return self.to_host(state)
+
+
 class BroadcastPmapRun(PmapRun):
   """The new pmap style (`in_axes=None, out_axes=None` for the state): one
   state broadcast to every device, not a stacked copy per device: in many
@@ -198,10 +229,33 @@ class MeshRun(_Run):
     return self._port.port_evaluate or self._port.evaluate
 
   def host_state(self, state):
-    return jax.device_get(state)
+    """On the host, a leaf split over many processes gathered
+    (`host_copies.fetch`)."""
+    return jax.tree.map(host_copies.fetch, state)
 
   def metrics_to_host(self, metrics):
     return jax.device_get(adapt.metrics_dict(metrics))
+
+
+class BaselineRun(MeshRun):
+  """A `Baseline`: another program on the mesh, its state placed by its
+  own specs, evaluated by its own step."""
+
+  def __init__(self, port, state, baseline):
+    super().__init__(port, state, baseline.step)
+    self._baseline = baseline
+
+  def place(self, state, placement):
+    return conversions.to_mesh(state, placement, self._baseline.specs)
+
+  def make_evaluate(self, config, placement):
+    if self._port.device_evaluation is not None:
+      return self._baseline.evaluation_step
+    return super().make_evaluate(config, placement)
+
+  def evaluation(self):
+    """No port's own evaluation: pmap's (`evaluate`)."""
+    return self._port.evaluate
 
 
 class ReferenceRun(MeshRun):
@@ -297,12 +351,18 @@ def plan(checked, calibration_runs: int = 0) -> Plan:
     The `Plan`.
   """
   port, state, batches = checked.port, checked.state, checked.batches
-  pmap = (PmapRun if checked.pmap_layout == port_steps.STACKED
-          else BroadcastPmapRun)
+  if checked.pmap_split is not None:
+    pmap = ShardedPmapRun(port, state, port.pmap_step, checked.pmap_split)
+  elif checked.pmap_layout == port_steps.STACKED:
+    pmap = PmapRun(port, state, port.pmap_step)
+  else:
+    pmap = BroadcastPmapRun(port, state, port.pmap_step)
   ports = {port.port_name: port.port_step, **(port.extra_ports or {})}
-  runs = [PlannedRun("pmap", pmap(port, state, port.pmap_step), "pmap"),
+  runs = [PlannedRun("pmap", pmap, "pmap"),
           *(PlannedRun(name, MeshRun(port, checked.port_state, step), name)
-            for name, step in ports.items())]
+            for name, step in ports.items()),
+          *(PlannedRun(name, BaselineRun(port, state, b), name)
+            for name, b in (port.baselines or {}).items())]
   truth = "pmap"
   pairs = tuple((name, "pmap") for name in ports)
   if port.reference_step is not None:

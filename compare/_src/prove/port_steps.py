@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from compare._src.prove import adapt
+from compare._src.prove import pmap_shards
 from compare import conversions
 
 
@@ -94,6 +95,8 @@ def _check_loss(metrics, what: str, shapes: tuple) -> None:
 
 
 def _same_metrics(got, want, what: str, against: str) -> str | None:
+  if want is None:  # pmap's step not traced (`_trace_pmap`)
+    return None
   got = sorted(adapt.metrics_dict(got))
   want = sorted(adapt.metrics_dict(want))
   if got == want:
@@ -108,27 +111,39 @@ def _same_metrics(got, want, what: str, against: str) -> str | None:
 STACKED, BROADCAST = "stacked", "broadcast"
 
 
-def _trace_pmap(port: Any, state, batch):
-  """pmap's step traced on the state as it takes it: stacked, or else
-  broadcast. Returns `(its state without a device axis, its metrics,
-  layout)`."""
+def _trace_pmap(port: Any, state, batch, split=None):
+  """pmap's step traced on the state as it takes it: stacked (in pieces
+  where `split`, `pmap_shards.axes`, says so), or else broadcast. Returns
+  `(state, metrics, layout)`: its state without a device axis, each leaf
+  whole; its metrics, None where not traced; pmap's layout."""
   # Each process's pmap maps over its own devices, on its rows.
   n = sum(d.process_index == jax.process_index()
           for d in port.mesh.devices.flat)
   rows = len(jax.tree.leaves(batch)[0]) // jax.process_count()
   mine = jax.tree.map(lambda x: x[jax.process_index() * rows:][:rows], batch)
-  split = _abstract(conversions.split_batch(mine, n))
+  batch_split = _abstract(conversions.split_batch(mine, n))
+  if split is not None and jax.process_count() > 1:
+    # Its step splits and gathers over every process's devices, which no
+    # one process can trace: the state's shapes stand for its output, and
+    # the step is checked as it runs.
+    return _abstract(state), None, STACKED
+  if split is not None:  # held in pieces: stacked, and only so
+    out, metrics = _trace("pmap_step", port.pmap_step, pmap_shards.abstract(
+        state, split, n, n), batch_split)
+    out = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
+                       out)
+    return pmap_shards.whole(out, split, n), metrics, STACKED
   stacked = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
       (n, *np.shape(x)), np.asarray(x).dtype), state)
   try:
-    out, metrics = _trace("pmap_step", port.pmap_step, stacked, split)
+    out, metrics = _trace("pmap_step", port.pmap_step, stacked, batch_split)
     out = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
                        out)
     return out, metrics, STACKED
   except PortError as stacked_error:
     try:
       out, metrics = _trace("pmap_step", port.pmap_step, _abstract(state),
-                            split)
+                            batch_split)
     except PortError:
       raise stacked_error from None
     if tree_difference(out, state, "", "") is not None:
@@ -138,10 +153,12 @@ def _trace_pmap(port: Any, state, batch):
     return out, metrics, BROADCAST
 
 
-def check_steps(port: Any, state, batch, port_state=None) -> str:
+def check_steps(port: Any, state, batch, port_state=None, split=None) -> str:
   """Traces every step on abstract values: each must return the state's
   tree (leaves, shapes, dtypes), a scalar loss and pmap's metrics; the
-  port's step on its own initial state (`port_state`), where it has one.
+  port's step on its own initial state (`port_state`), where it has one;
+  pmap's on its pieces where `split` (`pmap_shards.axes`) says so; each
+  baseline's on `state` placed by its own specs.
 
   Returns:
     pmap's layout of the state, `STACKED` or `BROADCAST`.
@@ -150,8 +167,9 @@ def check_steps(port: Any, state, batch, port_state=None) -> str:
   from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
   n = sum(d.process_index == jax.process_index()
           for d in port.mesh.devices.flat)
-  pmap_state, pmap_metrics, layout = _trace_pmap(port, state, batch)
-  _check_loss(pmap_metrics, "pmap_step", ((n,), ()))
+  pmap_state, pmap_metrics, layout = _trace_pmap(port, state, batch, split)
+  if pmap_metrics is not None:
+    _check_loss(pmap_metrics, "pmap_step", ((n,), ()))
   problem = tree_difference(pmap_state, state, "pmap_step's state",
                             "the initial state")
   port_state = state if port_state is None else port_state
@@ -161,12 +179,18 @@ def check_steps(port: Any, state, batch, port_state=None) -> str:
   ports = {"port_step": port.port_step,
            **{f"extra_ports[{name!r}]": step
               for name, step in (port.extra_ports or {}).items()}}
-  for field, step in ports.items():
-    port_out, metrics = _trace(field, step, on_mesh, _abstract(batch, rows))
+  runs = {field: (step, on_mesh, port_state) for field, step in ports.items()}
+  for name, baseline in (port.baselines or {}).items():
+    runs[f"baselines[{name!r}].step"] = (baseline.step, conversions.
+                                         abstract_on_mesh(state, port.mesh,
+                                                          baseline.specs),
+                                         state)
+  for field, (step, placed, start) in runs.items():
+    port_out, metrics = _trace(field, step, placed, _abstract(batch, rows))
     _check_loss(metrics, field, ((),))
     problem = problem or tree_difference(port_out, pmap_state,
                                          f"{field}'s state", "pmap_step's")
-    problem = problem or _static_difference(port_out, port_state, field)
+    problem = problem or _static_difference(port_out, start, field)
     problem = problem or _same_metrics(metrics, pmap_metrics, field,
                                        "pmap_step")
   if port.reference_step is not None and not problem:
