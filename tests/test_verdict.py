@@ -199,9 +199,12 @@ def test_bad_config_exits_2_in_one_line(argv, message, capsys):
   assert message in err and err.count("\n") == 1, err
 
 
-def test_sweep_devices_reports_every_count(tmp_path):
+# fsdp: a strategy that prints lines of its own (they read one proof's
+# runs; a sweep printing them crashed).
+@pytest.mark.parametrize("strategy", ["data_parallel", "fsdp"])
+def test_sweep_devices_reports_every_count(tmp_path, strategy):
   path, png = tmp_path / "sweep.json", tmp_path / "sweep.png"
-  code = cli.main(["--strategy", "data_parallel", "--workload", "linreg",
+  code = cli.main(["--strategy", strategy, "--workload", "linreg",
                    "--steps", "1",
                    "--batch-size", "64", "--windows", "1", "--sweep-devices",
                    "1,2", "--json", str(path), "--plot", str(png)])

@@ -252,8 +252,10 @@ def _run(args):
   # every process got this far (a process lost before leaves no JSON).
   distributed.barrier("report")
   if distributed.is_main_process():
-    _show(args, proof.Proof(full, tuple(strategy.report_lines(full)),
-                            strategy.plot_members))
+    # A sweep prints its table alone: a strategy's lines read one proof's
+    # runs, which a sweep's report holds per device count.
+    lines = () if args.sweep_devices else tuple(strategy.report_lines(full))
+    _show(args, proof.Proof(full, lines, strategy.plot_members))
   return {"pass": EXIT_PASS, "fail": EXIT_DIFFER}.get(full["verdict"],
                                                        EXIT_DIVERGED)
 
