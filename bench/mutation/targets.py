@@ -68,6 +68,7 @@ MODULES = {
                         "tests/test_rewrite_pipeline_reads.py")),
     "pipeline_written": (f"{REWRITE}/write/pipeline_written.py",
                          ("tests/test_rewrite_pipeline_units.py",
+                          "tests/test_rewrite_pipeline_reads.py",
                           "tests/test_rewrite_pipeline_written.py")),
     "names": (f"{REWRITE}/read/names.py", NAMES_TESTS),
     "other_pmaps_write": (f"{REWRITE}/write/other_pmaps_write.py",
