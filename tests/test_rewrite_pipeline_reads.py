@@ -132,3 +132,18 @@ def test_a_generator_nested_in_a_function_has_its_yields_placed():
   assert ("      yield jax.make_array_from_process_local_data(\n"
           "          jax.NamedSharding(mesh, jax.P(\"i\")), batch)\n\n"
           "  for batch in batches(3):\n") in written.code
+
+
+def test_a_generators_call_inside_a_yield_is_read_and_refused():
+  # The yield's value is read too: `batches(1)` there yields global
+  # batches once written, which `shard` would split again. Refused by line.
+  _, person = _written(_SHARDED.replace(_MAIN, (
+      "def again(n):\n  for _ in range(n):\n"
+      "    yield common_utils.shard(next(batches(1)))\n\n\n"
+      "def main():\n  for batch in again(3):\n"
+      "    print(float(step(batch)[0]))\n")))
+  assert person == [(24, (
+      "global step not written: batches(...) yields global batches now "
+      "(placed where they are made) and its value goes where this reading "
+      "does not follow it: read it in a for loop, as `x = batches(...)` or "
+      "through prefetch_to_device (docs/MIGRATION.md#idiom-map)"))]
