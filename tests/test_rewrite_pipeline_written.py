@@ -82,3 +82,15 @@ def test_a_prefetch_of_a_stacking_call_places_its_batches_once():
           "_x.shape[2:]), _batch))\n"
           "      for _batch in batch(batch(examples(0), PER_DEVICE), "
           "jax.local_device_count())):\n") in written.code
+
+
+def test_a_dropped_prefetch_of_a_named_iterator_is_said_in_full():
+  source = GENERATOR.format(yields="yield common_utils.shard(batch)").replace(
+      "  for batch in jax_utils.prefetch_to_device(batches(3), 2):",
+      "  it = batches(3)\n  for batch in jax_utils.prefetch_to_device(it, 2):")
+  written = pipeline.rewrite_global_source(source, "gen.py")
+  assert [f.text for f in written.findings if f.line == 24] == [
+      "jax_utils.prefetch_to_device(it, n) of global batches -> the "
+      "iterator itself: flax's prefetch_to_device would stack their rows "
+      "again onto this process's devices"]
+  assert "  it = batches(3)\n  for batch in it:\n" in written.code
