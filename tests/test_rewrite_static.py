@@ -263,3 +263,25 @@ def test_a_static_position_past_the_calls_arguments_has_no_count():
       args=["w", "batch"], static=(3,))) is None
   assert global_static.count(types.SimpleNamespace(args=[],
                                                    static=(0,))) is None
+
+
+def test_a_partial_by_its_bare_name_is_called_with_its_keywords():
+  # pylint: disable=protected-access
+  # `from functools import partial`: as `functools.partial`, the function
+  # called with the parameters, then the keywords.
+  assert global_static._call(
+      libcst.parse_expression("partial(step, rate=rate)"), ["w", "b"]) == (
+          "step", ["w", "b", "rate=rate"])
+  # A partial binding a positional argument too is called whole.
+  assert global_static._call(
+      libcst.parse_expression("functools.partial(step, w0, rate=r)"),
+      ["w", "b"]) == ("functools.partial(step, w0, rate=r)", ["w", "b"])
+
+
+def test_packed_parts_fill_a_line_to_its_width_inclusive():
+  # pylint: disable=protected-access
+  # "abcc, dd)" is 9 characters: on one line at width 9, wrapped at 8.
+  assert global_static._packed("ab", ["cc", "dd"], "  ", 9, ")") == [
+      "abcc, dd)"]
+  assert global_static._packed("ab", ["cc", "dd"], "  ", 8, ")") == [
+      "abcc,", "  dd)"]

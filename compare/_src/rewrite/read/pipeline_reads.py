@@ -114,9 +114,10 @@ class PipelineReads:
     if self._scope[-1] not in self.known.generators:
       return True
     value = node.value
-    for part in (value.elements if isinstance(value, cst.Tuple)
-                 else [value]):
-      part = getattr(part, "value", part)
+    # A tuple's elements hold their values; a bare value is its own (a
+    # Name's `.value` is its string: `yield batch` was never read).
+    for part in ([e.value for e in value.elements]
+                 if isinstance(value, cst.Tuple) else [value]):
       if id(part) in self.known.made:
         self._followed.add(id(part))
       elif isinstance(part, cst.Name):
