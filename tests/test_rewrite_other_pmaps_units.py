@@ -97,6 +97,21 @@ def test_a_removed_put_is_written_where_no_pmap_is_ported():
   assert "device_put_replicated" not in result.code
   assert [(f.line, f.kind) for f in result.findings] == [
       (5, Kind.PERSON), (10, Kind.CHANGED)]
+  assert result.findings[1].text == (
+      "removed in jax 0.10: jax.device_put_replicated(...) -> the same "
+      "stacked copies, one per device (jax.numpy.stack), placed by the "
+      "step's jit")
+
+
+def test_a_removed_put_it_cannot_write_is_named_in_full():
+  text = (_HEAD + _STEP + "\n\nc = jax.device_put_sharded(xs, devices)\n"
+          "d = jax.device_put_replicated(m, devices=devices)\n")
+  result = _rewritten(text)
+  assert "c = jax.device_put_sharded(xs, devices)\n" in result.code
+  assert _said(result)[1:] == [
+      (line, Kind.PERSON, f"jax.device_put_{kind} (removed in jax 0.10) "
+       "here: stack the copies by hand (docs/MIGRATION.md#staged)")
+      for line, kind in ((10, "sharded"), (11, "replicated"))]
 
 
 def test_a_pmap_imported_by_name_below_the_top_gets_its_import_first():
@@ -154,3 +169,38 @@ def test_an_equinox_steps_decorator_fits_in_79_columns():
   decorator = code.split("@functools.partial", 1)[1].split("\ndef f", 1)[0]
   assert max(len(line) for line in ("@functools.partial" + decorator)
              .splitlines()) <= 79
+
+
+def test_a_step_returning_its_mapped_output_twice_is_named_in_full():
+  text = (_HEAD + "@nnx.pmap(axis_name='i')\ndef f(x):\n  if x:\n"
+          "    return x\n  return x * 2\n")
+  result = _rewritten(text)
+  assert result.code == text
+  assert _said(result) == [(5, Kind.PERSON, (
+      "f returns an output mapped over the devices (out_axes 0) from more "
+      "than one return, or not as a tuple: pmap stacks it per device; port "
+      "it by hand"))]
+
+
+def test_a_called_pmap_mapping_some_outputs_only_is_named_in_full():
+  text = (_HEAD + "def g(m, x):\n  return m(x)\n\n\nstep = nnx.pmap(g, "
+          "axis_name='i', in_axes=(None, 0), out_axes=(0, None))\n")
+  result = _rewritten(text)
+  assert result.code == text
+  assert _said(result) == [(9, Kind.PERSON, (
+      "a called pmap with out_axes mapping some outputs only: pmap stacks "
+      "those per device; decorate the function, or port it by hand"))]
+
+
+def test_a_called_pmap_maps_its_function_as_written_where_no_view_is_due():
+  # Nothing mapped in or out (the first step), or the global step: no
+  # per-device view, no lambda.
+  def call(in_axes):
+    return ("def g(m, x):\n  return m(x)\n\n\nstep = nnx.pmap(g, "
+            f"axis_name='i', in_axes={in_axes}, out_axes=None)\n"
+            "y = step(m, x)\n")
+  for text, global_step in ((call("(None, None)"), False),
+                            (call("(None, 0)"), True)):
+    code = _rewritten(_HEAD + text, global_step).code
+    assert "step = nnx.jit(nnx.shard_map(g, mesh=mesh," in code
+    assert "lambda a0" not in code

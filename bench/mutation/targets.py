@@ -32,7 +32,8 @@ SCOPES_TESTS = ("tests/test_rewrite_global_places.py",
                 "tests/test_rewrite_survivors.py")
 # The pmaps of other libraries (flax nnx, equinox), read and written.
 OTHER_PMAPS_TESTS = ("tests/test_rewrite_nnx_equinox.py",
-                     "tests/test_rewrite_other_pmaps.py")
+                     "tests/test_rewrite_other_pmaps.py",
+                     "tests/test_rewrite_other_pmaps_units.py")
 # Dotted names and pmap's uses: read by every rewrite; the unit files.
 NAMES_TESTS = ("tests/test_rewrite_names.py",
                "tests/test_rewrite_survivors.py",
