@@ -204,3 +204,4 @@ def test_a_called_pmap_maps_its_function_as_written_where_no_view_is_due():
     code = _rewritten(_HEAD + text, global_step).code
     assert "step = nnx.jit(nnx.shard_map(g, mesh=mesh," in code
     assert "lambda a0" not in code
+    assert "check_vma=False))\ny = step(" in code  # no donation: no comma
