@@ -205,3 +205,14 @@ def test_a_called_pmap_maps_its_function_as_written_where_no_view_is_due():
     assert "step = nnx.jit(nnx.shard_map(g, mesh=mesh," in code
     assert "lambda a0" not in code
     assert "check_vma=False))\ny = step(" in code  # no donation: no comma
+
+
+def test_split_rngs_over_a_pmap_is_named_in_full():
+  text = (_HEAD + "@nnx.split_rngs(splits=8)\n@nnx.pmap(axis_name='i')\n"
+          "def f(m, x):\n  return m(x)\n")
+  result = _rewritten(text)
+  assert result.code == text
+  assert _said(result) == [(6, Kind.PERSON, (
+      "nnx.split_rngs (line 5) gives each device its own key under "
+      "nnx.pmap: under nnx.shard_map the split keys come as blocks that "
+      "keep their axis; port it by hand (docs/MORE-IDIOMS.md#nnx)"))]
