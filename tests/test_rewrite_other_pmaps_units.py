@@ -216,3 +216,27 @@ def test_split_rngs_over_a_pmap_is_named_in_full():
       "nnx.split_rngs (line 5) gives each device its own key under "
       "nnx.pmap: under nnx.shard_map the split keys come as blocks that "
       "keep their axis; port it by hand (docs/MORE-IDIOMS.md#nnx)"))]
+
+
+def test_the_global_steps_call_keeps_its_unmapped_arguments_on_one_line():
+  text = (_HEAD + "@nnx.pmap(axis_name='i', in_axes=(None, None, 0), "
+          "out_axes=None)\ndef f(m, n, x):\n  return m(x)\n\n\n"
+          "y = f(m, n, x)\n")
+  result = _rewritten(text, global_step=True)
+  assert result.code.endswith(
+      "y = f(\n    m, n,\n    jax.make_array_from_process_local_data("
+      "batch_sharding, jax.tree.map(\n        lambda a: a.reshape(-1, "
+      "*a.shape[2:]), x)))\n")
+  assert _said(result)[1] == (10, Kind.CHANGED, (
+      "f(...): argument(s) [2] made global batches where the step is called "
+      "(each process's stacked [devices, rows, ...] flattened into its "
+      "rows), the body as written"))
+
+
+def test_a_keyword_call_says_in_full_why_the_global_step_is_not_written():
+  text = _HEAD + _STEP + "\n\ny = f(m, x=x)\n"
+  result = _rewritten(text, global_step=True)
+  assert [(f.line, f.text) for f in result.findings
+          if f.subject == Subject.NOT_GLOBAL] == [
+              (10, "global step not written: f is called with keyword or "
+               "starred arguments: the global step places positional ones")]
