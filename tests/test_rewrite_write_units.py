@@ -1,0 +1,66 @@
+"""The global step's writing (write/placements, write/pmap_sites), unit by
+unit: what mutation testing (`python -m bench.mutation`, issue 73) found no
+fast test pinning. Each a small program rewritten in-process by
+`rewrite_global_source`, no program run (bench/mutation/triage.toml names
+the mutant each test kills)."""
+
+from compare._src.rewrite.pipeline import rewrite_global_source
+from compare._src.rewrite.records import Kind
+
+HEAD = ("import jax\nimport jax.numpy as jnp\nfrom flax import jax_utils\n"
+        "from flax.training import common_utils\n\n"
+        "def train_step(state, batch):\n"
+        "  return jax.lax.pmean(batch, 'batch')\n\n"
+        "p_step = jax.pmap(train_step, axis_name='batch')\n\n")
+
+
+def _rewritten(body):
+  return rewrite_global_source(HEAD + body)
+
+
+def test_a_replicate_and_a_reduced_read_say_in_full_what_they_became():
+  result = _rewritten(
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  loss = p_step(state, common_utils.shard(batch))\n"
+      "  return loss[0]\n")
+  assert result.code.endswith("  return loss\n")
+  said = [(f.line, f.kind, f.text) for f in result.findings]
+  assert (12, Kind.CHANGED, "jax_utils.replicate(...) -> jax.device_put(..., "
+          "NamedSharding(mesh, P())): the state placed once, no copy per "
+          "device") in said
+  assert said[-1] == (14, Kind.CHANGED, "loss[0] of a value the step "
+                      "reduces over the axis (one value now, P()) -> loss")
+
+
+def test_a_prefetch_of_shard_mapped_over_batches_reads_that_iterator():
+  result = _rewritten(
+      "def run(state, it):\n  state = jax_utils.replicate(state)\n"
+      "  for batch in jax_utils.prefetch_to_device(\n"
+      "      map(common_utils.shard, it), 2):\n"
+      "    m = p_step(state, batch)\n  return m\n")
+  assert ("jax.make_array_from_process_local_data(\n"
+          "          jax.NamedSharding(mesh, jax.P(\"batch\")), _batch)\n"
+          "      for _batch in it):\n" in result.code)
+
+
+def test_a_placement_written_deep_in_a_line_wraps_within_79_columns():
+  # The placement starts at column 38: packed from there, not from 0.
+  result = _rewritten(
+      "def run(state, batch):\n  if True:\n    if True:\n      if True:\n"
+      "        state_with_a_long_name_here = jax_utils.replicate("
+      "state_with_a_long_name)\n  return p_step(state_with_a_long_name_here,"
+      " common_utils.shard(batch))\n")
+  assert ("        state_with_a_long_name_here = jax.device_put("
+          "state_with_a_long_name,\n            jax.NamedSharding(mesh, "
+          "jax.P()))\n" in result.code)
+
+
+def test_a_collectives_axis_given_by_keyword_after_another_is_read():
+  # all_gather(x, axis=0, axis_name='j'): the axis is the keyword's, not
+  # the second argument's.
+  result = _rewritten(
+      "def h(x):\n  return jax.lax.all_gather(x, axis=0, axis_name='j')\n")
+  assert [(f.line, f.text) for f in result.findings
+          if f.kind == Kind.PERSON][0] == (
+              12, "all_gather over 'j', an axis no pmap of this file names: "
+              "give it the mesh axis it runs under")
