@@ -43,8 +43,8 @@ def test_a_prefetch_of_shard_mapped_over_batches_reads_that_iterator():
           "      for _batch in it):\n" in result.code)
 
 
-def test_a_placement_written_deep_in_a_line_wraps_within_79_columns():
-  # The placement starts at column 38: packed from there, not from 0.
+def test_a_placement_written_deep_in_a_line_is_packed_from_its_column():
+  # The state's placement starts at column 38: packed from there, not 0.
   result = _rewritten(
       "def run(state, batch):\n  if True:\n    if True:\n      if True:\n"
       "        state_with_a_long_name_here = jax_utils.replicate("
@@ -53,6 +53,12 @@ def test_a_placement_written_deep_in_a_line_wraps_within_79_columns():
   assert ("        state_with_a_long_name_here = jax.device_put("
           "state_with_a_long_name,\n            jax.NamedSharding(mesh, "
           "jax.P()))\n" in result.code)
+  # The batch's placement starts at column 45: its rows go on a line of
+  # their own.
+  assert ("  return p_step(state_with_a_long_name_here, "
+          "jax.make_array_from_process_local_data(\n"
+          "      jax.NamedSharding(mesh, jax.P(\"batch\")),\n"
+          "      batch))\n" in result.code)
 
 
 def test_a_collectives_axis_given_by_keyword_after_another_is_read():
