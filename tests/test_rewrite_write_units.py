@@ -70,3 +70,21 @@ def test_a_collectives_axis_given_by_keyword_after_another_is_read():
           if f.kind == Kind.PERSON][0] == (
               12, "all_gather over 'j', an axis no pmap of this file names: "
               "give it the mesh axis it runs under")
+
+
+def test_a_file_that_joins_sets_the_mesh_after_the_join_and_says_why():
+  # write/global_step.plain's joined branch: no mesh named at import.
+  head = HEAD.replace("\ndef train_step", "\njax.distributed.initialize()\n"
+                      "\ndef train_step", 1)
+  result = rewrite_global_source(
+      head + "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  return p_step(state, common_utils.shard(batch))\n")
+  assert result.code.count("jax.set_mesh(jax.sharding.Mesh(") == 1
+  assert "mesh=" not in result.code and "_pmap_" not in result.code
+  assert (result.code.split("jax.distributed.initialize()\n")[1]
+          .lstrip("# ").startswith("pmap's devices"))
+  assert [(f.line, f.kind, f.text) for f in result.findings][0] == (
+      6, Kind.CHANGED, "jax.set_mesh(Mesh(every process's devices)) after "
+      "the join: the steps' shard_map name no mesh and the placements only "
+      "a jax.P(...); a mesh built at import would start the backend before "
+      "jax.distributed.initialize")
