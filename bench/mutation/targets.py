@@ -123,8 +123,9 @@ SLOW = tuple(f"{file}.py::test_{name}" for file, name in (
 # global_step; plan/step_specs, reaching, step_outputs): every rewrite goes
 # through them, and every test of every rewrite file would run on each
 # mutant (a mutant of pmap_sites took minutes on 2 busy cores): the unit
-# file that rewrites small programs in-process, no program run.
-WRITE_UNITS = ("tests/test_rewrite_mutation_units.py",)
+# files that rewrite small programs in-process, no program run.
+WRITE_UNITS = ("tests/test_rewrite_mutation_units.py",
+               "tests/test_rewrite_write_units.py")
 MODULES.update({
     "pmap_sites": (f"{REWRITE}/write/pmap_sites.py", WRITE_UNITS),
     "placements": (f"{REWRITE}/write/placements.py", WRITE_UNITS),
