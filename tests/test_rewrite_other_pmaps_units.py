@@ -240,3 +240,20 @@ def test_a_keyword_call_says_in_full_why_the_global_step_is_not_written():
           if f.subject == Subject.NOT_GLOBAL] == [
               (10, "global step not written: f is called with keyword or "
                "starred arguments: the global step places positional ones")]
+
+
+def test_the_port_takes_device_mesh_where_only_mesh_is_taken():
+  code = _rewritten(_HEAD + "mesh = 1\n\n\n" + _STEP).code
+  assert "device_mesh = jax.sharding.Mesh(" in code
+  assert "@nnx.shard_map(mesh=device_mesh," in code
+
+
+def test_a_program_that_joins_is_told_in_full_to_make_the_mesh_after():
+  text = _HEAD + "jax.distributed.initialize()\n\n\n" + _STEP
+  result = _rewritten(text)
+  assert result.code == text
+  assert _said(result) == [(5, Kind.PERSON, (
+      "the program joins jax.distributed here: the port's mesh is built at "
+      "import, before the join (its devices would be this process's alone, "
+      "and jax could not join after); port it by hand with the mesh made "
+      "after the join (docs/MANY-HOSTS.md)"))]
