@@ -88,3 +88,26 @@ def test_a_file_that_joins_sets_the_mesh_after_the_join_and_says_why():
       "the join: the steps' shard_map name no mesh and the placements only "
       "a jax.P(...); a mesh built at import would start the backend before "
       "jax.distributed.initialize")
+
+
+def test_an_argument_stacked_by_hand_is_said_to_keep_its_layout():
+  result = _rewritten(
+      "def run(state, batch):\n  state = jnp.stack([state] * 8)\n"
+      "  return p_step(state, common_utils.shard(batch))\n")
+  assert [(f.line, f.kind, f.text) for f in result.findings][0] == (
+      9, Kind.KEPT, "p_step's argument(s) 0 keep pmap's stacked layout "
+      "[devices, ...]: made by no replicate, shard or prefetch_to_device the "
+      "second step knows (a key per device stays so; a state or batch "
+      "stacked by hand is placed by hand: docs/MIGRATION.md#idiom-map)")
+
+
+def test_a_step_returning_two_replicated_values_records_none_for_each():
+  head = HEAD.replace("  return jax.lax.pmean", "  return state, jax.lax.pmean")
+  result = rewrite_global_source(
+      head + "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  state, m = p_step(state, common_utils.shard(batch))\n"
+      "  return state, m\n")
+  port, = result.ports
+  assert (port.in_axes, port.out_axes) == ((None, None), (None, None))
+  assert (port.in_specs, port.out_specs) == (
+      "(jax.P(), jax.P('batch'))", "jax.P()")
