@@ -125,7 +125,8 @@ SLOW = tuple(f"{file}.py::test_{name}" for file, name in (
 # mutant (a mutant of pmap_sites took minutes on 2 busy cores): the unit
 # files that rewrite small programs in-process, no program run.
 WRITE_UNITS = ("tests/test_rewrite_mutation_units.py",
-               "tests/test_rewrite_write_units.py")
+               "tests/test_rewrite_write_units.py",
+               "tests/test_rewrite_reaching.py")
 MODULES.update({
     "pmap_sites": (f"{REWRITE}/write/pmap_sites.py", WRITE_UNITS),
     "placements": (f"{REWRITE}/write/placements.py", WRITE_UNITS),
