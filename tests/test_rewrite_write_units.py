@@ -111,3 +111,19 @@ def test_a_step_returning_two_replicated_values_records_none_for_each():
   assert (port.in_axes, port.out_axes) == ((None, None), (None, None))
   assert (port.in_specs, port.out_specs) == (
       "(jax.P(), jax.P('batch'))", "jax.P()")
+
+
+def test_an_output_read_both_ways_is_refused_naming_both_lines():
+  # plan.step_outputs: output 1 read as one value at line 15, per device
+  # (given on whole) at 17; output 0 kept alike.
+  head = HEAD.replace("  return jax.lax.pmean", "  return state, jax.lax.pmean")
+  result = rewrite_global_source(
+      head + "def run(s, b, log):\n  s = jax_utils.replicate(s)\n"
+      "  b = common_utils.shard(b)\n  s, m = p_step(s, b)\n"
+      "  print(jax_utils.unreplicate(m))\n  s, m = p_step(s, b)\n"
+      "  log.append(m)\n")
+  assert [(f.line, f.kind, f.text) for f in result.findings
+          if f.kind == Kind.PERSON] == [(17, Kind.PERSON, (
+              "global step not written: output 1 of p_step is read as one "
+              "value at line 15 and per device at line 17 "
+              "(docs/MIGRATION.md#idiom-map)"))]
