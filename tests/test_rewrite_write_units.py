@@ -127,3 +127,21 @@ def test_an_output_read_both_ways_is_refused_naming_both_lines():
               "global step not written: output 1 of p_step is read as one "
               "value at line 15 and per device at line 17 "
               "(docs/MIGRATION.md#idiom-map)"))]
+
+
+def test_a_name_of_two_layouts_names_the_line_reading_the_output():
+  # plan.step_outputs records where output 0 is read per device (line 15):
+  # the refusal of `s`, also replicated at 17, names it.
+  head = HEAD.replace("  return jax.lax.pmean", "  return state, jax.lax.pmean")
+  result = rewrite_global_source(
+      head + "def run(s, b, log, flag):\n  s = jax_utils.replicate(s)\n"
+      "  b = common_utils.shard(b)\n  s, m = p_step(s, b)\n"
+      "  log.append(s)\n  if flag:\n    s = jax_utils.replicate(0.0)\n"
+      "  return p_step(s, b)\n")
+  person = [(f.line, f.text) for f in result.findings
+            if f.kind == Kind.PERSON]
+  assert person == [(18, (
+      "global step not written: s holds values of different layouts here "
+      "(bound at lines [14, 17]): place them alike by hand; the step's "
+      "output is read per device at line(s) [15] (or handed on there), so "
+      "it keeps pmap's stacked layout (docs/MIGRATION.md#idiom-map)"))]
