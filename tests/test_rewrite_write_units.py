@@ -145,3 +145,16 @@ def test_a_name_of_two_layouts_names_the_line_reading_the_output():
       "(bound at lines [14, 17]): place them alike by hand; the step's "
       "output is read per device at line(s) [15] (or handed on there), so "
       "it keeps pmap's stacked layout (docs/MIGRATION.md#idiom-map)"))]
+
+
+def test_each_assigned_pmap_is_recorded_by_its_own_name_and_a_nested_one_left():
+  # write/pmap_sites: `a` keeps its name when `b` is bound after it; the
+  # pmap of a pmap is left whole, said in full.
+  result = rewrite_global_source(
+      "import jax\n\ndef f(x):\n  return x\n\na = jax.pmap(f, 'i')\n"
+      "b = jax.pmap(f, 'i')\nc = jax.pmap(jax.pmap(f, 'j'), 'i')\n")
+  assert [p.name for p in result.ports] == ["a", "b"]
+  assert [(f.line, f.text) for f in result.findings
+          if f.kind == Kind.PERSON][0] == (
+              8, "a pmap inside a pmap, left whole: a 2-D mesh with both "
+              "axes (docs/MIGRATION.md#nested-pmap)")
