@@ -32,7 +32,8 @@ SCOPES_TESTS = ("tests/test_rewrite_global_places.py",
                 "tests/test_rewrite_survivors.py")
 # The pmaps of other libraries (flax nnx, equinox), read and written.
 OTHER_PMAPS_TESTS = ("tests/test_rewrite_nnx_equinox.py",
-                     "tests/test_rewrite_other_pmaps.py")
+                     "tests/test_rewrite_other_pmaps.py",
+                     "tests/test_rewrite_other_pmaps_units.py")
 # Dotted names and pmap's uses: read by every rewrite; the unit files.
 NAMES_TESTS = ("tests/test_rewrite_names.py",
                "tests/test_rewrite_survivors.py",
@@ -120,3 +121,20 @@ SLOW = tuple(f"{file}.py::test_{name}" for file, name in (
     ("tests/test_rewrite_nnx_equinox",
      "each_program_prints_the_same_numbers_after_both_steps"),
     ("tests/test_rewrite_static", "both_steps_print_the_originals_numbers")))
+
+# Issue 73's split of the global writer (write/pmap_sites, placements,
+# global_step; plan/step_specs, reaching, step_outputs): every rewrite goes
+# through them, and every test of every rewrite file would run on each
+# mutant (a mutant of pmap_sites took minutes on 2 busy cores): the unit
+# files that rewrite small programs in-process, no program run.
+WRITE_UNITS = ("tests/test_rewrite_mutation_units.py",
+               "tests/test_rewrite_write_units.py",
+               "tests/test_rewrite_reaching.py")
+MODULES.update({
+    "pmap_sites": (f"{REWRITE}/write/pmap_sites.py", WRITE_UNITS),
+    "placements": (f"{REWRITE}/write/placements.py", WRITE_UNITS),
+    "global_step": (f"{REWRITE}/write/global_step.py", WRITE_UNITS),
+    "step_specs": (f"{REWRITE}/plan/step_specs.py", WRITE_UNITS),
+    "reaching": (f"{REWRITE}/plan/reaching.py", WRITE_UNITS),
+    "step_outputs": (f"{REWRITE}/plan/step_outputs.py", WRITE_UNITS),
+})
