@@ -19,7 +19,8 @@ from shardport.strategies import perturbations
 from shardport.training.metrics import global_devices
 
 # Strategy name -> the module whose `port` writes it as a Port.
-PORTS = {"data_parallel": "compare._src.ports.data_parallel"}
+PORTS = {"data_parallel": "compare._src.ports.data_parallel",
+         "accumulation": "compare._src.ports.accumulation"}
 # Our strategies always train every calibration run (a Port asks for 0-3).
 CALIBRATION_RUNS = len(perturbations.CALIBRATIONS)
 

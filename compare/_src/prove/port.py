@@ -99,6 +99,18 @@ class Port:
       sums are summarised); each run evaluates its state in its own layout
       during training and at the end, and the end-of-run check evaluates
       one shared state with each side's step.
+    calls_per_step: optional: `{run name: calls}`, calls of that run's
+      step per optimiser step, all on the same batch (K under
+      optax.MultiSteps, each call taking one microbatch); 1 for a run not
+      named.
+    state_views: optional: `{run name: compare.StateView}`, how a run that
+      holds its state otherwise than the truth (MultiSteps' wrapper) is
+      read for comparison and placed from the truth's state.
+    reference_init: optional: the reference's own initial state (or a
+      function returning it), where it holds the state otherwise than
+      pmap (plain where pmap's is MultiSteps-wrapped); `init` by default.
+    baselines: optional: `{run name: compare.Baseline}`, other programs
+      trained beside, judged only in the `pairs` that name them.
 
   A state's leaves that are not arrays (an equinox module's strings, bools
   and callables) are held apart and joined again for each call of a step,
@@ -123,6 +135,10 @@ class Port:
   pairs: tuple[tuple[str, str], ...] | None = None
   calibration: str = "nudge"
   device_evaluation: Any = None
+  calls_per_step: dict[str, int] | None = None
+  state_views: dict[str, Any] | None = None
+  reference_init: Any = None
+  baselines: dict[str, Any] | None = None
 
 
 class Batches:
@@ -165,17 +181,18 @@ class Batches:
     return out
 
 
-def initial_state(port: Port, field: str = "init"):
-  """The port's initial host state (`field`: `init`, or the port's own
-  `port_init`): a flax struct train state as it is, any other pytree (a
-  NamedTuple, a tuple of params and optimiser state, a dict, an equinox
-  model) held with the harness's own step counter (`adapt.HeldState`).
+def initial_state(port: Port, field: str = "init", given=None):
+  """The port's initial host state (`field`: `init`, or a run's own:
+  `port_init`, `reference_init`, a baseline's `given` init): a flax struct
+  train state as it is, any other pytree (a NamedTuple, a tuple of params
+  and optimiser state, a dict, an equinox model) held with the harness's
+  own step counter (`adapt.HeldState`).
 
   Returns:
     `(state, rest)`: the host state, and the leaves that are not arrays
     (`adapt.partition`; None where every leaf is one).
   """
-  given = getattr(port, field)
+  given = getattr(port, field) if given is None else given
   state = _called(field, given) if callable(given) else given
   leaves = jax.tree_util.tree_leaves_with_path(state)
   if not any(adapt.is_array(x) for _, x in leaves):
@@ -216,6 +233,11 @@ def in_harness_shape(port: Port, state, rest=None, port_rest=None) -> Port:
     steps["extra_ports"] = {
         name: adapt.held_step(step, compiled=True, rest=port_rest)
         for name, step in port.extra_ports.items()}
+  if port.baselines:  # each holds init's kind of state
+    steps["baselines"] = {name: dataclasses.replace(
+        baseline, step=adapt.held_step(
+            baseline.step, compiled=baseline.side != "pmap", rest=rest))
+                          for name, baseline in port.baselines.items()}
   if port.port_specs is not None:  # the team's tree is the held params
     steps["port_specs"] = adapt.HeldState(
         params=port.port_specs, opt_state=(), step=jax.sharding.PartitionSpec())
@@ -262,6 +284,9 @@ class Checked:
       `BROADCAST`.
     port_state: the port's own initial host state (`port_init`), else
       `state`.
+    reference_state: the reference's (`reference_init`), else `state`.
+    baseline_states: `{baseline: its initial host state}`.
+    baseline_layouts: `{pmap-side baseline: its layout, as pmap_layout}`.
   """
 
   port: Port
@@ -270,6 +295,21 @@ class Checked:
   rows: int
   pmap_layout: str
   port_state: Any = None
+  reference_state: Any = None
+  baseline_states: dict = dataclasses.field(default_factory=dict)
+  baseline_layouts: dict = dataclasses.field(default_factory=dict)
+
+
+def _own_states(port: Port, state) -> dict:
+  """The reference's and each baseline's initial host state, `state`
+  where it has none of its own."""
+  return dict(
+      reference_state=state if port.reference_init is None else
+      initial_state(port, "reference_init")[0],
+      baseline_states={
+          name: state if baseline.init is None else initial_state(
+              port, f"baselines[{name!r}].init", baseline.init)[0]
+          for name, baseline in (port.baselines or {}).items()})
 
 
 def check(port: Port) -> Checked:
@@ -285,15 +325,18 @@ def check(port: Port) -> Checked:
     port_state, port_rest = initial_state(port, "port_init")
     problem = (port_steps.tree_difference(port_state, state, "port_init's "
                                           "state", "init's")
-               or _held_differently(port_state, state))
+               or port_fields.held_differently(port_state, state))
     if problem:
       raise PortError(problem)
   port = in_harness_shape(port, state, rest, port_rest)
+  own = _own_states(port, state)
   port_fields.check_specs(port, port_state)
   batches = Batches(port.batches)
   batch = _called("batches", batches, 0)
   rows = port_steps.check_batch(batch, port.mesh.size)
-  layout = port_steps.check_steps(port, state, batch, port_state)
+  layout = port_steps.check_steps(port, state, batch, port_state,
+                                  own["reference_state"])
+  layouts = port_steps.check_baselines(port, own["baseline_states"], batch)
   if port.evaluate is not None:
     metrics = port_fields.check_metrics("evaluate",
                              _called("evaluate", port.evaluate, state))
@@ -303,7 +346,8 @@ def check(port: Port) -> Checked:
     if set(ported) != set(metrics):
       raise PortError(f"port_evaluate returns {sorted(ported)} where "
                       f"evaluate returns {sorted(metrics)}: the same metrics")
-  return Checked(port, state, batches, rows, layout, port_state)
+  return Checked(port, state, batches, rows, layout, port_state, **own,
+                 baseline_layouts=layouts)
 
 
 def planted(checked: Checked, port: Port) -> Checked:
@@ -315,25 +359,9 @@ def planted(checked: Checked, port: Port) -> Checked:
   port_state, port_rest = state, rest
   if port.port_init is not None:
     port_state, port_rest = initial_state(port, "port_init")
-  return dataclasses.replace(
-      checked, port=in_harness_shape(port, state, rest, port_rest),
-      port_state=port_state)
-
-
-def _held_differently(port_state, state) -> str | None:
-  """Where `port_init`'s state has `init`'s arrays but not its pytree (a
-  train state on one side only, or leaves that are not arrays, such as an
-  equinox BatchNorm's `axis_name`, of another shape), in words."""
-  if isinstance(port_state, adapt.HeldState) != isinstance(
-      state, adapt.HeldState):
-    return ("port_init's state is a train state where init's is not (or the "
-            "other way round): both sides hold the state the same way")
-  if not isinstance(state, adapt.HeldState) or (
-      jax.tree.structure(port_state) == jax.tree.structure(state)):
-    return None
-  return ("port_init's state has init's arrays but another pytree: its "
-          "leaves that are not arrays (a string, a tuple of axis names, a "
-          "bool) are not init's; both sides' programs must hold them alike")
+  port = in_harness_shape(port, state, rest, port_rest)
+  return dataclasses.replace(checked, port=port, port_state=port_state,
+                             **_own_states(port, state))
 
 
 def load(spec: str) -> Port:

@@ -20,6 +20,7 @@ from compare import conversions
 from shardport.strategies import negative_controls as controls
 from shardport.strategies import perturbations
 from compare._src.prove import port_steps
+from compare._src.prove import run_fields
 from shardport.strategies.reference import OneDevice
 from compare._src.prove.plan import Plan
 from compare._src.prove.plan import PlannedRun
@@ -67,7 +68,8 @@ class _Run:
   The lockstep checks place a host state in the run's layout through
   `from_host`, from `program_fields` (`to_host`): every leaf from the host,
   none kept from an earlier state, so a step that donates its state never
-  meets a buffer it gave away.
+  meets a buffer it gave away. Both read the run's state through its
+  `run_fields.StateView` (`Port.state_views`).
   """
 
   PROCESS_LOCAL_BATCH = False
@@ -76,8 +78,9 @@ class _Run:
   # The side's step of a `DeviceEvaluation`.
   EVALUATION_STEP = "port_step"
 
-  def __init__(self, port, state, step):
+  def __init__(self, port, state, step, view=None):
     self._port, self._state, self._step = port, state, step
+    self._view = view or run_fields.AS_HELD
 
   def make_train_step(self, config, placement, variant):
     del config, placement, variant
@@ -103,13 +106,13 @@ class _Run:
     # buffer, which would keep the state alive and stop a donating step
     # from donating it.
     return jax.tree.map(np.array, jax.device_get(
-        program_fields(self.host_state(state))))
+        program_fields(self._view.compared(self.host_state(state)))))
 
   def host_view(self, state):
     """`to_host`'s fields left on the devices, each read as the engine
     compares it (`host_copies.DeviceLeaf`): no host copy of the state."""
     return jax.tree.map(lambda x: host_copies.device_leaf(x, self.STACKED),
-                        program_fields(state))
+                        program_fields(self._view.compared(state)))
 
   def create_state(self, seed, config, placement):
     del seed, config
@@ -117,10 +120,12 @@ class _Run:
 
   def from_host(self, host, placement, like, step, calls_per_step=1):
     """`to_host`'s fields as a state in this run's layout: every leaf from
-    the host, on the port's initial state (`like`, `step`: the engine's,
-    for programs whose view leaves fields out; this one leaves none)."""
+    the host, on the run's initial state through its view (`like`, `step`,
+    `calls_per_step`: the engine's, for programs that place their own
+    canonical view; the view places this one)."""
     del like, step, calls_per_step
-    return self.place(self._state.replace(**host), placement)
+    compared = self._view.compared(self._state).replace(**host)
+    return self.place(self._view.placed(compared, self._state), placement)
 
 
 class PmapRun(_Run):
@@ -297,17 +302,26 @@ def plan(checked, calibration_runs: int = 0) -> Plan:
     The `Plan`.
   """
   port, state, batches = checked.port, checked.state, checked.batches
-  pmap = (PmapRun if checked.pmap_layout == port_steps.STACKED
-          else BroadcastPmapRun)
+  held = isinstance(state, adapt.HeldState)
+
+  def run(kind, name, state, step):
+    calls = (port.calls_per_step or {}).get(name, 1)
+    return PlannedRun(name, kind(port, state, step, run_fields.view(
+        port, name, held)), name, calls)
+
   ports = {port.port_name: port.port_step, **(port.extra_ports or {})}
-  runs = [PlannedRun("pmap", pmap(port, state, port.pmap_step), "pmap"),
-          *(PlannedRun(name, MeshRun(port, checked.port_state, step), name)
-            for name, step in ports.items())]
+  runs = [run(_pmap(checked.pmap_layout), "pmap", state, port.pmap_step),
+          *(run(MeshRun, name, checked.port_state, step)
+            for name, step in ports.items()),
+          *(run(_pmap(checked.baseline_layouts.get(name)) if
+                baseline.side == "pmap" else MeshRun, name,
+                checked.baseline_states[name], baseline.step)
+            for name, baseline in (port.baselines or {}).items())]
   truth = "pmap"
   pairs = tuple((name, "pmap") for name in ports)
   if port.reference_step is not None:
-    runs.append(PlannedRun("reference", ReferenceRun(
-        port, state, port.reference_step), "reference"))
+    runs.append(run(ReferenceRun, "reference", checked.reference_state,
+                    port.reference_step))
     truth = "reference"
     pairs = (*pairs, ("pmap", "reference"),
              *((name, "reference") for name in ports))
@@ -326,6 +340,11 @@ def plan(checked, calibration_runs: int = 0) -> Plan:
       **_calibration(port, truth, batches(0), calibration_runs),
       negative_controls=(*controls.late_controls(),
                          *((EVALUATION_CONTROL,) if evaluates else ())))
+
+
+def _pmap(layout):
+  """The pmap run of a state in `layout` (`port_steps.STACKED` or not)."""
+  return PmapRun if layout == port_steps.STACKED else BroadcastPmapRun
 
 
 def config_of(checked) -> PortConfig:
