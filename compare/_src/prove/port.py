@@ -18,6 +18,7 @@ from compare._src.prove import adapt
 from compare._src.prove import device_evaluation
 from compare._src.prove import port_fields
 from compare._src.prove import port_steps
+from compare._src.prove import run_fields
 from compare._src.prove.port_steps import PortError
 
 
@@ -337,6 +338,7 @@ def check(port: Port) -> Checked:
   layout = port_steps.check_steps(port, state, batch, port_state,
                                   own["reference_state"])
   layouts = port_steps.check_baselines(port, own["baseline_states"], batch)
+  run_fields.check_views(port, state, port_state, **own)
   if port.evaluate is not None:
     metrics = port_fields.check_metrics("evaluate",
                              _called("evaluate", port.evaluate, state))

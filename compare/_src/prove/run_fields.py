@@ -9,7 +9,10 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import jax
+
 from compare._src.prove import adapt
+from compare._src.prove import port_steps
 from compare._src.prove.port_steps import PortError
 
 # The sides a baseline runs on: pmap's devices and layout, or the mesh's.
@@ -119,3 +122,31 @@ def view(port, name: str, held: bool) -> StateView:
       placed=lambda state, like: like.replace(
           params=inner.placed(state.params, adapt.tree_of(like)),
           step=state.step * calls))
+
+
+def check_views(port, state, port_state, reference_state,
+                baseline_states) -> None:
+  """Every run's initial host state (pmap's `state`, the ports'
+  `port_state`, ...), read through its view (`view`), holds the leaves the
+  truth's holds: the lockstep compares them leaf by leaf."""
+  states = {"pmap": state, **{name: port_state for name in (
+      port.port_name, *(port.extra_ports or {}))}, **baseline_states}
+  truth = "pmap"
+  if port.reference_step is not None:
+    truth, states["reference"] = "reference", reference_state
+  held = isinstance(state, adapt.HeldState)
+  against = view(port, truth, held).compared(states[truth])
+  for name, state in states.items():
+    field = (f"state_views[{name!r}]" if name in (port.state_views or {})
+             else "state_views")
+    try:
+      seen = jax.eval_shape(view(port, name, held).compared, state)
+    except Exception as err:  # pylint: disable=broad-except
+      raise PortError(f"{field}: reading run {name!r}'s state fails: "
+                      f"{port_steps.one_line(err)}") from err
+    problem = port_steps.tree_difference(
+        seen, against, f"{field}: run {name!r}'s compared state",
+        f"the truth's ({truth})")
+    if problem:
+      raise PortError(problem)
+
