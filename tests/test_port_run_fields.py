@@ -114,10 +114,10 @@ def test_each_run_field_refuses_what_it_cannot_be(changes, field):
     compare.prove(_port(**changes), windows=0)
 
 
-def test_a_baseline_steps_as_its_side_takes_its_state():
-  # A pmap-side baseline given the port's step (no axis named "batch").
-  base = toy_ports.port()
-  wrong = compare.Baseline(base.port_step, "pmap", toy_ports.initial_state)
+def test_a_baseline_must_return_its_own_state():
+  # A pmap-side baseline whose step drops a leaf of its state.
+  wrong = compare.Baseline(jax.pmap(toy_ports._drops_bias), "pmap",  # pylint: disable=protected-access
+                           toy_ports.initial_state)
   with pytest.raises(compare.PortError,
-                     match=r"^baselines\['plain_shard'\] fails"):
+                     match=r"^baselines\['plain_shard'\]'s state has no"):
     compare.prove(_port(baselines={"plain_shard": wrong}), windows=0)
