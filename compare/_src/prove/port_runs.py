@@ -53,10 +53,9 @@ class PortConfig:
 
 
 def program_fields(state) -> dict:
-  """Every pytree field of a train state as the program holds it: no
-  canonical view (an optax.MultiSteps state keeps its accumulated
-  gradients and mini-step counter, the step counter counts calls), so
-  that every leaf of a team's state is compared."""
+  """Every pytree field of a train state as the program holds it (read
+  through its run's `StateView` where the Port gives one), so that every
+  leaf of a team's state is compared."""
   return {field.name: getattr(state, field.name)
           for field in dataclasses.fields(state)
           if field.metadata.get("pytree_node", True)}
