@@ -28,7 +28,8 @@ class StateView:
   layout through it, so every run takes its step from the one shared state.
   The same concept is meant for every state two sides hold differently: an
   ensemble's reference holding a tuple of member states against pmap's
-  stacked members, FSDP's pmap shards against the whole parameters.
+  stacked members. (FSDP's pmap shards are `Port.pmap_specs`': the harness
+  splits and joins them itself.)
 
   Attributes:
     compared: the run's own state -> the state compared, of the truth's
