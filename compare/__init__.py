@@ -43,12 +43,14 @@ if typing.TYPE_CHECKING:  # the names, for type checkers and the guide
   from compare._src.prove.port import PortError
   from compare._src.prove.proof import Proof
   from compare._src.prove.proof import prove
+  from compare._src.prove.run_fields import StateView
 
 # Public name -> the module that defines it.
 _PUBLIC = {
     "Port": "compare._src.prove.port",
     "DeviceEvaluation": "compare._src.prove.device_evaluation",
     "Baseline": "compare._src.prove.baseline",
+    "StateView": "compare._src.prove.run_fields",
     "adapt_step": "compare._src.prove.adapt",
     "PortError": "compare._src.prove.port",
     "Proof": "compare._src.prove.proof",

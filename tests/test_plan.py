@@ -58,13 +58,17 @@ def test_a_plan_is_frozen():
     planned.truth = "pmap"
 
 
-@pytest.mark.parametrize("name", ["data_parallel", "fsdp"])
+@pytest.mark.parametrize("name", ["data_parallel", "fsdp", "accumulation"])
 def test_a_strategy_is_planned_as_its_port_with_the_strategys_runs(name):
-  """`--strategy data_parallel` (and fsdp) is proved as a `compare.Port`
-  (`compare._src.ports`): its plan has the runs, pairs, truth, port runs,
-  calibration runs and judged metrics the strategy declares, the runs
-  being the Port's own, none of the strategy's modules (fsdp's
-  data_parallel run a `compare.Baseline`, in no port run)."""
+  """`--strategy data_parallel`, `fsdp` and `accumulation` are proved as
+  `compare.Port`s (`compare._src.ports`): each plan has the runs, pairs,
+  truth, port runs, calibration runs and judged metrics the strategy
+  declares, the runs being the Port's own, none of the strategy's modules
+  (fsdp's data_parallel run and accumulation's plain steps
+  `compare.Baseline`s, in no port run), and its calls per optimiser step
+  the strategy's. (MultiSteps' K calls need an optax workload, whose data
+  set costs 20 s or more to load here: `tests/test_port_run_fields.py`
+  proves them on a toy.)"""
   from compare._src import ports  # pylint: disable=g-import-not-at-top
   from shardport.strategies import perturbations  # pylint: disable=g-import-not-at-top
   strategy, config, data = _linreg(name)
@@ -75,6 +79,9 @@ def test_a_strategy_is_planned_as_its_port_with_the_strategys_runs(name):
   assert (planned.truth, planned.port_runs, planned.judged_metrics) == (
       strategy.truth, tuple(strategy.port_runs),
       tuple(strategy.judged_metrics))
+  assert {run.name: run.calls for run in planned.runs} == {
+      run.name: strategy.calls_per_step(config, run.name)
+      for run in strategy.runs}
   assert planned.calibrations == perturbations.CALIBRATIONS
   modules = {type(run.module).__module__ for run in planned.runs}
   assert modules == {"compare._src.prove.port_runs"}, modules

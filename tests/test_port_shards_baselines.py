@@ -126,6 +126,14 @@ def test_a_negative_control_is_planted_in_the_port_never_the_baseline():
     ({"baselines": {"replicated": compare.Baseline(
         _one_device, specs={"w": P()})}},
      r"^baselines\['replicated'\]\.specs"),
+    # Its own evaluation step is read only beside a device_evaluation.
+    ({"baselines": {"replicated": compare.Baseline(
+        _one_device, evaluation_step=_one_device)}},
+     r"^baselines\['replicated'\]\.evaluation_step"),
+    # A pmap-side baseline lies as pmap's state does: no mesh specs.
+    ({"baselines": {"replicated": compare.Baseline(
+        jax.pmap(_one_device), side="pmap", specs=_specs())}},
+     r"^baselines\['replicated'\]: specs and evaluation_step"),
 ])
 def test_each_field_refuses_what_it_cannot_be(changes, line):
   with pytest.raises(compare.PortError, match=line):

@@ -20,7 +20,8 @@ from shardport.training.metrics import global_devices
 
 # Strategy name -> the module whose `port` writes it as a Port.
 PORTS = {"data_parallel": "compare._src.ports.data_parallel",
-         "fsdp": "compare._src.ports.fsdp"}
+         "fsdp": "compare._src.ports.fsdp",
+         "accumulation": "compare._src.ports.accumulation"}
 # Our strategies always train every calibration run (a Port asks for 0-3).
 CALIBRATION_RUNS = len(perturbations.CALIBRATIONS)
 

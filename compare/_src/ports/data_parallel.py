@@ -20,15 +20,9 @@ PAIRS = (("pmap", PORT_NAME), ("pmap", "reference"),
          (PORT_NAME, "reference"), (EXTRA, "reference"))
 
 
-def port(strategy, config, data, n_devices: int, control=None):
-  """The strategy's `compare.Port` with `config` and `data` on `n_devices`
-  devices per process; with `control`'s mistake planted in the port's
-  twin module (as `--negative-control` plants it)."""
-  mesh = mesh_program.make_placement(n_devices)
-  devices = pmap_program.make_placement(n_devices)
-  one = Reference.make_placement(n_devices)
-  ports = {name: mesh_program if control is None else
-           control.plant(mesh_program, name) for name in (PORT_NAME, EXTRA)}
+def train_batches(config, data):
+  """Step -> the global host batch of `data` at that step, in the seed's
+  order (every strategy's batches)."""
   order = batch_order.batch_order(config.seed, len(data.train_inputs),
                                   config.global_batch, config.steps)
 
@@ -40,6 +34,18 @@ def port(strategy, config, data, n_devices: int, control=None):
     return {"inputs": data.train_inputs[rows],
             "targets": data.train_targets[rows]}
 
+  return batch
+
+
+def port(strategy, config, data, n_devices: int, control=None):
+  """The strategy's `compare.Port` with `config` and `data` on `n_devices`
+  devices per process; with `control`'s mistake planted in the port's
+  twin module (as `--negative-control` plants it)."""
+  mesh = mesh_program.make_placement(n_devices)
+  devices = pmap_program.make_placement(n_devices)
+  one = Reference.make_placement(n_devices)
+  ports = {name: mesh_program if control is None else
+           control.plant(mesh_program, name) for name in (PORT_NAME, EXTRA)}
   # The port's own initial state only where a control changes how the
   # port builds it (its learning rate): the unplanted Port shares `init`.
   port_init = None if control is None else jax.device_get(
@@ -53,7 +59,7 @@ def port(strategy, config, data, n_devices: int, control=None):
       extra_ports={EXTRA: ports[EXTRA].make_train_step(config, mesh, EXTRA)},
       reference_step=Reference.make_train_step(config, one),
       mesh=mesh, steps=config.steps,
-      batches=batch,
+      batches=train_batches(config, data),
       port_name=PORT_NAME, pairs=PAIRS, calibration="row_order",
       device_evaluation=compare.DeviceEvaluation(
           batch=batch_order.test_batch(data, mesh.size),

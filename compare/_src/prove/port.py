@@ -20,6 +20,8 @@ from compare._src.prove import device_evaluation
 from compare._src.prove import pmap_shards
 from compare._src.prove import port_fields
 from compare._src.prove import port_steps
+from compare._src.prove import run_fields
+from compare._src.prove.batches import Batches
 from compare._src.prove.port_steps import PortError
 
 
@@ -109,11 +111,22 @@ class Port:
       harness splits the state so for pmap's step and joins the pieces to
       compare whole leaves. Without it pmap's state is whole on every
       device (stacked or broadcast).
-    baselines: optional: runs of other programs beside the port, by run
-      name (`{"data_parallel": compare.Baseline(step)}` beside an FSDP
-      port, whose memory is reported against it): each trains from `init`
-      on the same batches, is judged in `pairs` where named there, and is
-      no port (no negative control is planted in it).
+    calls_per_step: optional: `{run name: calls}`, calls of that run's
+      step per optimiser step, all on the same batch (K under
+      optax.MultiSteps, each call taking one microbatch); 1 for a run not
+      named.
+    state_views: optional: `{run name: compare.StateView}`, how a run that
+      holds its state otherwise than the truth (MultiSteps' wrapper) is
+      read for comparison and placed from the truth's state.
+    reference_init: optional: the reference's own initial state (or a
+      function returning it), where it holds the state otherwise than
+      pmap (plain where pmap's is MultiSteps-wrapped); `init` by default.
+    baselines: optional: `{run name: compare.Baseline}`, other programs
+      trained beside on the same batches (FSDP's replicated data-parallel
+      run, whose memory it is reported against; accumulation's plain
+      data-parallel steps on each side), each from its own initial state
+      on its side's devices, judged only in the `pairs` that name them,
+      and no port: no negative control is planted in it.
 
   A state's leaves that are not arrays (an equinox module's strings, bools
   and callables) are held apart and joined again for each call of a step,
@@ -139,60 +152,24 @@ class Port:
   calibration: str = "nudge"
   device_evaluation: Any = None
   pmap_specs: Any = None
+  calls_per_step: dict[str, int] | None = None
+  state_views: dict[str, Any] | None = None
+  reference_init: Any = None
   baselines: dict[str, Any] | None = None
 
 
-class Batches:
-  """A `Port`'s batches by step, whichever way it gives them.
-
-  An iterable is read once, in order; the first few batches are kept for
-  the timing windows.
-  """
-
-  KEPT = 4
-
-  def __init__(self, batches):
-    self._call = batches if callable(batches) else None
-    self._iter = None if self._call else iter(batches)
-    self._kept = []
-
-  def __call__(self, step: int):
-    if self._call:
-      return self._call(step)
-    if step < len(self._kept):
-      return self._kept[step]
-    batch = next(self._iter, None)
-    if batch is None:
-      raise PortError(f"batches: ran out at step {step + 1}")
-    if len(self._kept) < self.KEPT:
-      self._kept.append(batch)
-    return batch
-
-  def first(self, count: int):
-    """The first `count` batches, or as many as an iterable holds (already
-    read ones are kept): a port of fewer steps times on fewer batches."""
-    if self._call:
-      return [self._call(i) for i in range(count)]
-    out = []
-    for i in range(count):
-      try:
-        out.append(self(i))
-      except PortError:  # an iterable of fewer batches: all it had
-        break
-    return out
-
-
-def initial_state(port: Port, field: str = "init"):
-  """The port's initial host state (`field`: `init`, or the port's own
-  `port_init`): a flax struct train state as it is, any other pytree (a
-  NamedTuple, a tuple of params and optimiser state, a dict, an equinox
-  model) held with the harness's own step counter (`adapt.HeldState`).
+def initial_state(port: Port, field: str = "init", given=None):
+  """The port's initial host state (`field`: `init`, or a run's own:
+  `port_init`, `reference_init`, a baseline's `given` init): a flax struct
+  train state as it is, any other pytree (a NamedTuple, a tuple of params
+  and optimiser state, a dict, an equinox model) held with the harness's
+  own step counter (`adapt.HeldState`).
 
   Returns:
     `(state, rest)`: the host state, and the leaves that are not arrays
     (`adapt.partition`; None where every leaf is one).
   """
-  given = getattr(port, field)
+  given = getattr(port, field) if given is None else given
   state = _called(field, given) if callable(given) else given
   leaves = jax.tree_util.tree_leaves_with_path(state)
   if not any(adapt.is_array(x) for _, x in leaves):
@@ -233,11 +210,11 @@ def in_harness_shape(port: Port, state, rest=None, port_rest=None) -> Port:
     steps["extra_ports"] = {
         name: adapt.held_step(step, compiled=True, rest=port_rest)
         for name, step in port.extra_ports.items()}
-  if port.baselines:
-    steps["baselines"] = {
-        name: dataclasses.replace(b, step=adapt.held_step(
-            b.step, compiled=True, rest=rest))
-        for name, b in port.baselines.items()}
+  if port.baselines:  # each holds init's kind of state
+    steps["baselines"] = {name: dataclasses.replace(
+        baseline, step=adapt.held_step(
+            baseline.step, compiled=baseline.side != "pmap", rest=rest))
+                          for name, baseline in port.baselines.items()}
   for field in ("port_specs", "pmap_specs"):  # the team's tree: held params
     if getattr(port, field) is not None:
       steps[field] = adapt.HeldState(params=getattr(port, field), opt_state=(),
@@ -287,6 +264,9 @@ class Checked:
       `state`.
     pmap_split: each leaf's axis split over pmap's devices (`pmap_specs`,
       `pmap_shards.axes`), or None where pmap holds whole leaves.
+    reference_state: the reference's (`reference_init`), else `state`.
+    baseline_states: `{baseline: its initial host state}`.
+    baseline_layouts: `{pmap-side baseline: its layout, as pmap_layout}`.
   """
 
   port: Port
@@ -296,6 +276,21 @@ class Checked:
   pmap_layout: str
   port_state: Any = None
   pmap_split: list | None = None
+  reference_state: Any = None
+  baseline_states: dict = dataclasses.field(default_factory=dict)
+  baseline_layouts: dict = dataclasses.field(default_factory=dict)
+
+
+def _own_states(port: Port, state) -> dict:
+  """The reference's and each baseline's initial host state, `state`
+  where it has none of its own."""
+  return dict(
+      reference_state=state if port.reference_init is None else
+      initial_state(port, "reference_init")[0],
+      baseline_states={
+          name: state if baseline.init is None else initial_state(
+              port, f"baselines[{name!r}].init", baseline.init)[0]
+          for name, baseline in (port.baselines or {}).items()})
 
 
 def check(port: Port) -> Checked:
@@ -303,7 +298,6 @@ def check(port: Port) -> Checked:
   if not isinstance(port, Port):
     raise PortError(f"expected a compare.Port, got {type(port).__name__}")
   port_fields.check_callables(port)
-  baseline.check(port)
   port_fields.check_runs(port)
   device_evaluation.check(port)
   state, rest = initial_state(port)
@@ -312,12 +306,13 @@ def check(port: Port) -> Checked:
     port_state, port_rest = initial_state(port, "port_init")
     problem = (port_steps.tree_difference(port_state, state, "port_init's "
                                           "state", "init's")
-               or _held_differently(port_state, state))
+               or port_fields.held_differently(port_state, state))
     if problem:
       raise PortError(problem)
   port = in_harness_shape(port, state, rest, port_rest)
+  own = _own_states(port, state)
   port_fields.check_specs(port, port_state)
-  baseline.check_specs(port, state)
+  baseline.check_specs(port, own["baseline_states"])
   try:
     split = pmap_shards.axes(port, state)
   except ValueError as err:
@@ -325,7 +320,10 @@ def check(port: Port) -> Checked:
   batches = Batches(port.batches)
   batch = _called("batches", batches, 0)
   rows = port_steps.check_batch(batch, port.mesh.size)
-  layout = port_steps.check_steps(port, state, batch, port_state, split)
+  layout = port_steps.check_steps(port, state, batch, port_state, split,
+                                  own["reference_state"])
+  layouts = port_steps.check_baselines(port, own["baseline_states"], batch)
+  run_fields.check_views(port, state, port_state, **own)
   if port.evaluate is not None:
     metrics = port_fields.check_metrics("evaluate",
                              _called("evaluate", port.evaluate, state))
@@ -335,7 +333,8 @@ def check(port: Port) -> Checked:
     if set(ported) != set(metrics):
       raise PortError(f"port_evaluate returns {sorted(ported)} where "
                       f"evaluate returns {sorted(metrics)}: the same metrics")
-  return Checked(port, state, batches, rows, layout, port_state, split)
+  return Checked(port, state, batches, rows, layout, port_state, split,
+                 **own, baseline_layouts=layouts)
 
 
 def planted(checked: Checked, port: Port) -> Checked:
@@ -347,25 +346,9 @@ def planted(checked: Checked, port: Port) -> Checked:
   port_state, port_rest = state, rest
   if port.port_init is not None:
     port_state, port_rest = initial_state(port, "port_init")
-  return dataclasses.replace(
-      checked, port=in_harness_shape(port, state, rest, port_rest),
-      port_state=port_state)
-
-
-def _held_differently(port_state, state) -> str | None:
-  """Where `port_init`'s state has `init`'s arrays but not its pytree (a
-  train state on one side only, or leaves that are not arrays, such as an
-  equinox BatchNorm's `axis_name`, of another shape), in words."""
-  if isinstance(port_state, adapt.HeldState) != isinstance(
-      state, adapt.HeldState):
-    return ("port_init's state is a train state where init's is not (or the "
-            "other way round): both sides hold the state the same way")
-  if not isinstance(state, adapt.HeldState) or (
-      jax.tree.structure(port_state) == jax.tree.structure(state)):
-    return None
-  return ("port_init's state has init's arrays but another pytree: its "
-          "leaves that are not arrays (a string, a tuple of axis names, a "
-          "bool) are not init's; both sides' programs must hold them alike")
+  port = in_harness_shape(port, state, rest, port_rest)
+  return dataclasses.replace(checked, port=port, port_state=port_state,
+                             **_own_states(port, state))
 
 
 def load(spec: str) -> Port:

@@ -12,7 +12,10 @@ import jax
 import numpy as np
 
 from compare import conversions
+from compare._src.prove import adapt
+from compare._src.prove import baseline
 from compare._src.prove import port_steps
+from compare._src.prove import run_fields
 from compare._src.prove.port_steps import PortError
 
 
@@ -95,7 +98,8 @@ def run_names(port) -> tuple[str, ...]:
 
 
 def check_runs(port) -> None:
-  """`port_name`, `pairs` and `calibration` as described."""
+  """`port_name`, `pairs`, `calibration`, `baselines` and the runs' own
+  fields (`run_fields`) as described."""
   if port.port_name != "port" and (
       not isinstance(port.port_name, str) or not port.port_name.isidentifier()
       or port.port_name.startswith(RESERVED_RUNS)
@@ -106,9 +110,11 @@ def check_runs(port) -> None:
   if port.calibration not in CALIBRATIONS:
     raise PortError(f"calibration: one of {', '.join(CALIBRATIONS)}, got "
                     f"{port.calibration!r}")
+  baseline.check(port, RESERVED_RUNS)
+  names = run_names(port)
+  run_fields.check(port, names)
   if port.pairs is None:
     return
-  names = run_names(port)
   for pair in port.pairs:
     if (not isinstance(pair, tuple) or len(pair) != 2 or pair[0] == pair[1]
         or not set(pair) <= set(names)):
@@ -133,3 +139,19 @@ def check_metrics(field, metrics) -> dict:
     raise PortError(f"{field} must return a dict of scalar metrics, got "
                     f"{type(metrics).__name__}")
   return metrics
+
+
+def held_differently(port_state, state) -> str | None:
+  """Where `port_init`'s state has `init`'s arrays but not its pytree (a
+  train state on one side only, or leaves that are not arrays, such as an
+  equinox BatchNorm's `axis_name`, of another shape), in words."""
+  if isinstance(port_state, adapt.HeldState) != isinstance(
+      state, adapt.HeldState):
+    return ("port_init's state is a train state where init's is not (or the "
+            "other way round): both sides hold the state the same way")
+  if not isinstance(state, adapt.HeldState) or (
+      jax.tree.structure(port_state) == jax.tree.structure(state)):
+    return None
+  return ("port_init's state has init's arrays but another pytree: its "
+          "leaves that are not arrays (a string, a tuple of axis names, a "
+          "bool) are not init's; both sides' programs must hold them alike")

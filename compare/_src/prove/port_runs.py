@@ -9,19 +9,20 @@ of our strategies' own description applies to it.
 """
 
 import dataclasses
+import functools
 
 import jax
 import numpy as np
 
 from compare._src.prove import adapt
-from compare._src.prove import device_evaluation
 from compare._src.prove import host_copies
 from compare._src.prove import pmap_shards
 from shardport.training import checkpoints
 from compare import conversions
 from shardport.strategies import negative_controls as controls
-from shardport.strategies import perturbations
+from compare._src.prove import port_judging
 from compare._src.prove import port_steps
+from compare._src.prove import run_fields
 from shardport.strategies.reference import OneDevice
 from compare._src.prove.plan import Plan
 from compare._src.prove.plan import PlannedRun
@@ -36,9 +37,6 @@ FIRST_STEP = Tolerance(rtol=1e-5, atol=1e-5, reason=(
 FINAL = Tolerance(rtol=1e-3, atol=1e-3, reason=(
     "shown, not judged: a pair that is not bitwise at the end is judged by "
     "its metrics against the calibration runs"))
-# The calibration runs' nudge seeds (`perturbations.BatchNudge`).
-NUDGE_SEEDS = {"calibration": 1, "calibration_seed2": 2,
-               "calibration_seed3": 3}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,10 +52,9 @@ class PortConfig:
 
 
 def program_fields(state) -> dict:
-  """Every pytree field of a train state as the program holds it: no
-  canonical view (an optax.MultiSteps state keeps its accumulated
-  gradients and mini-step counter, the step counter counts calls), so
-  that every leaf of a team's state is compared."""
+  """Every pytree field of a train state as the program holds it (read
+  through its run's `StateView` where the Port gives one), so that every
+  leaf of a team's state is compared."""
   return {field.name: getattr(state, field.name)
           for field in dataclasses.fields(state)
           if field.metadata.get("pytree_node", True)}
@@ -69,7 +66,8 @@ class _Run:
   The lockstep checks place a host state in the run's layout through
   `from_host`, from `program_fields` (`to_host`): every leaf from the host,
   none kept from an earlier state, so a step that donates its state never
-  meets a buffer it gave away.
+  meets a buffer it gave away. Both read the run's state through its
+  `run_fields.StateView` (`Port.state_views`).
   """
 
   PROCESS_LOCAL_BATCH = False
@@ -78,8 +76,9 @@ class _Run:
   # The side's step of a `DeviceEvaluation`.
   EVALUATION_STEP = "port_step"
 
-  def __init__(self, port, state, step):
+  def __init__(self, port, state, step, view=None):
     self._port, self._state, self._step = port, state, step
+    self._view = view or run_fields.AS_HELD
 
   def make_train_step(self, config, placement, variant):
     del config, placement, variant
@@ -105,13 +104,13 @@ class _Run:
     # buffer, which would keep the state alive and stop a donating step
     # from donating it.
     return jax.tree.map(np.array, jax.device_get(
-        program_fields(self.host_state(state))))
+        program_fields(self._view.compared(self.host_state(state)))))
 
   def host_view(self, state):
     """`to_host`'s fields left on the devices, each read as the engine
     compares it (`host_copies.DeviceLeaf`): no host copy of the state."""
     return jax.tree.map(lambda x: host_copies.device_leaf(x, self.STACKED),
-                        program_fields(state))
+                        program_fields(self._view.compared(state)))
 
   def create_state(self, seed, config, placement):
     del seed, config
@@ -119,10 +118,12 @@ class _Run:
 
   def from_host(self, host, placement, like, step, calls_per_step=1):
     """`to_host`'s fields as a state in this run's layout: every leaf from
-    the host, on the port's initial state (`like`, `step`: the engine's,
-    for programs whose view leaves fields out; this one leaves none)."""
+    the host, on the run's initial state through its view (`like`, `step`,
+    `calls_per_step`: the engine's, for programs that place their own
+    canonical view; the view places this one)."""
     del like, step, calls_per_step
-    return self.place(self._state.replace(**host), placement)
+    compared = self._view.compared(self._state).replace(**host)
+    return self.place(self._view.placed(compared, self._state), placement)
 
 
 class PmapRun(_Run):
@@ -165,8 +166,8 @@ class ShardedPmapRun(PmapRun):
   """pmap's state as per-device shards (`Port.pmap_specs`): each split leaf
   one piece per device, stacked, and joined again to compare."""
 
-  def __init__(self, port, state, step, split):
-    super().__init__(port, state, step)
+  def __init__(self, port, state, step, view=None, *, split):
+    super().__init__(port, state, step, view)
     self._split = split
 
   @property
@@ -238,19 +239,20 @@ class MeshRun(_Run):
 
 
 class BaselineRun(MeshRun):
-  """A `Baseline`: another program on the mesh, its state placed by its
-  own specs, evaluated by its own step."""
+  """A port-side `Baseline`: another program on the mesh, its state placed
+  by its own specs, evaluated by its own step where it has one (a
+  pmap-side one runs as pmap's run does: `plan`)."""
 
-  def __init__(self, port, state, baseline):
-    super().__init__(port, state, baseline.step)
+  def __init__(self, port, state, step, view=None, *, baseline):
+    super().__init__(port, state, step, view)
     self._baseline = baseline
 
   def place(self, state, placement):
     return conversions.to_mesh(state, placement, self._baseline.specs)
 
   def make_evaluate(self, config, placement):
-    if self._port.device_evaluation is not None:
-      return self._baseline.evaluation_step
+    if self._baseline.evaluation_step is not None:  # only with a
+      return self._baseline.evaluation_step        # device_evaluation
     return super().make_evaluate(config, placement)
 
   def evaluation(self):
@@ -287,53 +289,6 @@ EVALUATION_CONTROL = controls.NegativeControl(
     "mean over the wrong count)", controls.evaluation_1pct_all)
 
 
-def _calibration(port, truth, batch, count: int) -> dict:
-  """The Port's calibration (`Port.calibration`) as the `Plan` holds it:
-  `count` calibration runs, the lockstep's one-step perturbation, and
-  both in words."""
-  if port.calibration == "row_order":
-    runs = dict(list(perturbations.CALIBRATIONS.items())[:count])
-    return dict(
-        calibrations=runs, calibration_change="its rows reordered",
-        calibration_summary=(
-            f"the {truth} trained again with its batch rows in {len(runs)} "
-            "other orders (summation order only); the band is their "
-            "largest drift per step"),
-        # Rows reordered within each device's slice or across the batch,
-        # by turns.
-        lockstep_perturbation=lambda t: perturbations.RowOrder(
-            ("slices", "batch")[t % 2], 7))
-  nudge = (perturbations.BatchNudge if perturbations.has_floats(batch)
-           else perturbations.StateNudge)
-  seeds = list(NUDGE_SEEDS.items())[:count]
-  what = "batches" if nudge is perturbations.BatchNudge else "initial state"
-  return dict(
-      calibrations={name: nudge(seed) for name, seed in seeds},
-      calibration_change=(f"its {'batch' if what == 'batches' else 'state'}"
-                          "'s floats nudged by one ulp"),
-      calibration_summary=(
-          f"the {truth} trained again {len(seeds)} times, the floats of its "
-          f"{what} moved one ulp (rounding only); the band is their largest "
-          "drift per step"),
-      lockstep_perturbation=lambda t: nudge(1000 + t))
-
-
-def _evaluation(port, state) -> dict:
-  """How the Plan evaluates: on the devices' test batch
-  (`Port.device_evaluation`), with `evaluate` on the host state, or not at
-  all (the train loss is judged)."""
-  device = port.device_evaluation
-  if device is not None:
-    return dict(judged_metrics=tuple(device.metrics),
-                test_batch=device.batch,
-                test_size=device_evaluation.test_size(device),
-                summarize=device.summarize)
-  return dict(judged_metrics=(("train_loss",) if port.evaluate is None else
-                              tuple(port.evaluate(state))),
-              test_batch={}, test_size=None,
-              summarize=lambda sums: {k: float(v) for k, v in sums.items()})
-
-
 def plan(checked, calibration_runs: int = 0) -> Plan:
   """A checked `Port` (`port.check`) as the engine runs and judges it.
 
@@ -351,23 +306,28 @@ def plan(checked, calibration_runs: int = 0) -> Plan:
     The `Plan`.
   """
   port, state, batches = checked.port, checked.state, checked.batches
-  if checked.pmap_split is not None:
-    pmap = ShardedPmapRun(port, state, port.pmap_step, checked.pmap_split)
-  elif checked.pmap_layout == port_steps.STACKED:
-    pmap = PmapRun(port, state, port.pmap_step)
-  else:
-    pmap = BroadcastPmapRun(port, state, port.pmap_step)
+  held = isinstance(state, adapt.HeldState)
+
+  def run(kind, name, state, step):
+    calls = (port.calls_per_step or {}).get(name, 1)
+    return PlannedRun(name, kind(port, state, step, run_fields.view(
+        port, name, held)), name, calls)
+
   ports = {port.port_name: port.port_step, **(port.extra_ports or {})}
-  runs = [PlannedRun("pmap", pmap, "pmap"),
-          *(PlannedRun(name, MeshRun(port, checked.port_state, step), name)
+  runs = [run(_pmap(checked.pmap_layout, checked.pmap_split), "pmap", state,
+              port.pmap_step),
+          *(run(MeshRun, name, checked.port_state, step)
             for name, step in ports.items()),
-          *(PlannedRun(name, BaselineRun(port, state, b), name)
-            for name, b in (port.baselines or {}).items())]
+          *(run(_pmap(checked.baseline_layouts.get(name)) if
+                baseline.side == "pmap" else functools.partial(
+                    BaselineRun, baseline=baseline), name,
+                checked.baseline_states[name], baseline.step)
+            for name, baseline in (port.baselines or {}).items())]
   truth = "pmap"
   pairs = tuple((name, "pmap") for name in ports)
   if port.reference_step is not None:
-    runs.append(PlannedRun("reference", ReferenceRun(
-        port, state, port.reference_step), "reference"))
+    runs.append(run(ReferenceRun, "reference", checked.reference_state,
+                    port.reference_step))
     truth = "reference"
     pairs = (*pairs, ("pmap", "reference"),
              *((name, "reference") for name in ports))
@@ -382,10 +342,19 @@ def plan(checked, calibration_runs: int = 0) -> Plan:
       timing_batches=batches.first,
       # The train loss (or the evaluation) recorded ten times a run.
       eval_every=max(1, port.steps // 10),
-      **_evaluation(port, state),
-      **_calibration(port, truth, batches(0), calibration_runs),
+      **port_judging.evaluation(port, state),
+      **port_judging.calibration(port, truth, batches(0),
+                                   calibration_runs),
       negative_controls=(*controls.late_controls(),
                          *((EVALUATION_CONTROL,) if evaluates else ())))
+
+
+def _pmap(layout, split=None):
+  """The pmap run of a state in `layout` (`port_steps.STACKED` or not), in
+  pieces where `split` (`Checked.pmap_split`) says so."""
+  if split is not None:
+    return functools.partial(ShardedPmapRun, split=split)
+  return PmapRun if layout == port_steps.STACKED else BroadcastPmapRun
 
 
 def config_of(checked) -> PortConfig:

@@ -111,11 +111,14 @@ def _same_metrics(got, want, what: str, against: str) -> str | None:
 STACKED, BROADCAST = "stacked", "broadcast"
 
 
-def _trace_pmap(port: Any, state, batch, split=None):
-  """pmap's step traced on the state as it takes it: stacked (in pieces
-  where `split`, `pmap_shards.axes`, says so), or else broadcast. Returns
-  `(state, metrics, layout)`: its state without a device axis, each leaf
-  whole; its metrics, None where not traced; pmap's layout."""
+def _trace_pmap(port: Any, state, batch, split=None, field="pmap_step",
+                step=None):
+  """pmap's step (or `step`, a pmap-side baseline's, named `field`) traced
+  on the state as it takes it: stacked (in pieces where `split`,
+  `pmap_shards.axes`, says so), or else broadcast. Returns `(state,
+  metrics, layout)`: its state without a device axis, each leaf whole; its
+  metrics, None where not traced; pmap's layout."""
+  step = port.pmap_step if step is None else step
   # Each process's pmap maps over its own devices, on its rows.
   n = sum(d.process_index == jax.process_index()
           for d in port.mesh.devices.flat)
@@ -128,7 +131,7 @@ def _trace_pmap(port: Any, state, batch, split=None):
     # the step is checked as it runs.
     return _abstract(state), None, STACKED
   if split is not None:  # held in pieces: stacked, and only so
-    out, metrics = _trace("pmap_step", port.pmap_step, pmap_shards.abstract(
+    out, metrics = _trace(field, step, pmap_shards.abstract(
         state, split, n, n), batch_split)
     out = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
                        out)
@@ -136,29 +139,30 @@ def _trace_pmap(port: Any, state, batch, split=None):
   stacked = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
       (n, *np.shape(x)), np.asarray(x).dtype), state)
   try:
-    out, metrics = _trace("pmap_step", port.pmap_step, stacked, batch_split)
+    out, metrics = _trace(field, step, stacked, batch_split)
     out = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
                        out)
     return out, metrics, STACKED
   except PortError as stacked_error:
     try:
-      out, metrics = _trace("pmap_step", port.pmap_step, _abstract(state),
-                            batch_split)
+      out, metrics = _trace(field, step, _abstract(state), batch_split)
     except PortError:
       raise stacked_error from None
     if tree_difference(out, state, "", "") is not None:
-      raise PortError("pmap_step takes the state broadcast (in_axes=None) "
+      raise PortError(f"{field} takes the state broadcast (in_axes=None) "
                       "but returns it stacked: give it out_axes=None for "
                       "the state, as flax's examples do") from None
     return out, metrics, BROADCAST
 
 
-def check_steps(port: Any, state, batch, port_state=None, split=None) -> str:
+def check_steps(port: Any, state, batch, port_state=None, split=None,
+                reference_state=None) -> str:
   """Traces every step on abstract values: each must return the state's
   tree (leaves, shapes, dtypes), a scalar loss and pmap's metrics; the
-  port's step on its own initial state (`port_state`), where it has one;
-  pmap's on its pieces where `split` (`pmap_shards.axes`) says so; each
-  baseline's on `state` placed by its own specs.
+  port's and the reference's steps on their own initial states
+  (`port_state`, `reference_state`), where they have them; pmap's on its
+  pieces where `split` (`pmap_shards.axes`) says so. The baselines are
+  `check_baselines`'.
 
   Returns:
     pmap's layout of the state, `STACKED` or `BROADCAST`.
@@ -179,31 +183,58 @@ def check_steps(port: Any, state, batch, port_state=None, split=None) -> str:
   ports = {"port_step": port.port_step,
            **{f"extra_ports[{name!r}]": step
               for name, step in (port.extra_ports or {}).items()}}
-  runs = {field: (step, on_mesh, port_state) for field, step in ports.items()}
-  for name, baseline in (port.baselines or {}).items():
-    runs[f"baselines[{name!r}].step"] = (baseline.step, conversions.
-                                         abstract_on_mesh(state, port.mesh,
-                                                          baseline.specs),
-                                         state)
-  for field, (step, placed, start) in runs.items():
-    port_out, metrics = _trace(field, step, placed, _abstract(batch, rows))
+  for field, step in ports.items():
+    port_out, metrics = _trace(field, step, on_mesh, _abstract(batch, rows))
     _check_loss(metrics, field, ((),))
     problem = problem or tree_difference(port_out, pmap_state,
                                          f"{field}'s state", "pmap_step's")
-    problem = problem or _static_difference(port_out, start, field)
+    problem = problem or _static_difference(port_out, port_state, field)
     problem = problem or _same_metrics(metrics, pmap_metrics, field,
                                        "pmap_step")
   if port.reference_step is not None and not problem:
+    reference_state = state if reference_state is None else reference_state
     ref_state, metrics = _trace("reference_step", port.reference_step,
-                                _abstract(state), _abstract(batch))
+                                _abstract(reference_state), _abstract(batch))
     _check_loss(metrics, "reference_step", ((),))
-    problem = tree_difference(ref_state, state, "reference_step's state",
-                              "the initial state")
+    problem = tree_difference(ref_state, reference_state,
+                              "reference_step's state", "its initial state")
     problem = problem or _same_metrics(metrics, pmap_metrics,
                                        "reference_step", "pmap_step")
   if problem:
     raise PortError(problem)
   return layout
+
+
+def check_baselines(port: Any, states: dict, batch) -> dict:
+  """Traces each of `port.baselines` on its side, from its initial state
+  (`states`; on the port's side placed by its `specs`): it must return
+  that state's tree, static fields included, and a scalar loss.
+
+  Returns:
+    `{name: pmap's layout of its state}` for the pmap-side ones.
+  """
+  from jax.sharding import NamedSharding  # pylint: disable=g-import-not-at-top
+  from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
+  n = sum(d.process_index == jax.process_index()
+          for d in port.mesh.devices.flat)
+  layouts = {}
+  for name, baseline in (port.baselines or {}).items():
+    field, state = f"baselines[{name!r}]", states[name]
+    if baseline.side == "pmap":
+      out, metrics, layouts[name] = _trace_pmap(
+          port, state, batch, field=field, step=baseline.step)
+      _check_loss(metrics, field, ((n,), ()))
+    else:
+      rows = NamedSharding(port.mesh, P(port.mesh.axis_names))
+      out, metrics = _trace(field, baseline.step, conversions.abstract_on_mesh(
+          state, port.mesh, baseline.specs), _abstract(batch, rows))
+      _check_loss(metrics, field, ((),))
+    problem = (tree_difference(out, state, f"{field}'s state",
+                               "its initial state")
+               or _static_difference(out, state, field))
+    if problem:
+      raise PortError(problem)
+  return layouts
 
 
 def _static_difference(got, want, field: str) -> str | None:

@@ -91,8 +91,8 @@ def prepare(port, steps: int | None = None, calibration_runs: int = 0):
 
 def port_runs_seeds():
   """The calibration runs a Port may ask for, by name."""
-  from compare._src.prove import port_runs  # pylint: disable=g-import-not-at-top
-  return port_runs.NUDGE_SEEDS
+  from compare._src.prove import port_judging  # pylint: disable=g-import-not-at-top
+  return port_judging.NUDGE_SEEDS
 
 
 def _control(plan, control, steps):

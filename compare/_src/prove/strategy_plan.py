@@ -1,9 +1,9 @@
 """One of our strategies not yet written as a `Port` as the engine proves
-it: `plan` (data_parallel is its Port: `compare._src.ports`).
+it: `plan` (data_parallel and accumulation are Ports: `compare._src.ports`).
 
 A strategy (`shardport.strategies`) describes its runs, pairs, tolerances
 and controls, and by methods of its config and device count which runs run
-here and how often each steps per optimiser step; this asks each once and
+here (each one call per optimiser step); this asks each once and
 returns the engine's `Plan`, so nothing in the engine calls back into a
 strategy. What all our strategies share is here, once: each trains on its
 data set's batches in the seed's order, is timed on the next seed's, tested
@@ -33,12 +33,11 @@ def plan(strategy, config, data, n_devices: int) -> Plan:
 
   Returns:
     The `Plan`: the runs that run here (those left out in `skipped`, with
-    why), their calls per optimiser step, the batches, the test batch and
+    why), the batches, the test batch and
     how its sums are summarised, the calibration runs and the judging.
   """
   active = strategy.active_runs(config, n_devices)
-  runs = tuple(PlannedRun(run.name, run.module, run.variant,
-                          calls=strategy.calls_per_step(config, run.name))
+  runs = tuple(PlannedRun(run.name, run.module, run.variant)
                for run in strategy.runs if run.name in active)
   skipped = {run.name: strategy.why_skipped(config, n_devices)
              for run in strategy.runs if run.name not in active}
