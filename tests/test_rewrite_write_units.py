@@ -158,3 +158,43 @@ def test_each_assigned_pmap_is_recorded_by_its_own_name_and_a_nested_one_left():
           if f.kind == Kind.PERSON][0] == (
               8, "a pmap inside a pmap, left whole: a 2-D mesh with both "
               "axes (docs/MIGRATION.md#nested-pmap)")
+
+
+def test_a_step_returning_a_reduced_pair_through_the_helpers_views_it_whole():
+  # The helpers stay (a removed put); pmap's out_axes=(0, 0) of two values
+  # the step reduces over the axis: the written view reads each whole
+  # (None), as the proof's adapters take the port's layout.
+  result = rewrite_global_source(
+      "import jax\nimport jax.numpy as jnp\n"
+      "from flax.training import common_utils\n\n"
+      "def train_step(state, batch):\n"
+      "  loss = jax.lax.pmean(jnp.sum(batch), 'batch')\n"
+      "  return state + 1, loss\n\n"
+      "p_step = jax.pmap(train_step, axis_name='batch', out_axes=(0, 0))\n\n"
+      "def run(state, batch):\n"
+      "  state = jax.device_put_replicated(state, jax.local_devices())\n"
+      "  state, loss = p_step(state, common_utils.shard(batch))\n"
+      "  return state, loss[0]\n")
+  (port,) = result.ports
+  assert (port.in_axes, port.out_axes) == ((0, None), (None, None))
+  assert "out_axes=(None, None)" in result.code
+
+
+def test_an_output_put_whole_into_a_replace_and_read_per_device_names_both():
+  # The line of the read that goes into `state.replace(...)` is the one
+  # the finding names (and the place it is reported at is the later one).
+  result = rewrite_global_source(
+      "import jax\nimport jax.numpy as jnp\nfrom flax import jax_utils\n"
+      "from flax.training import common_utils\n\n"
+      "def train_step(state, batch):\n"
+      "  return jax.lax.pmean(state.params + jnp.sum(batch), 'batch')\n\n"
+      "p_step = jax.pmap(train_step, axis_name='batch')\n\n"
+      "def run(state, batch):\n  state = jax_utils.replicate(state)\n"
+      "  state = state.replace(params=p_step(state, "
+      "common_utils.shard(batch)))\n"
+      "  new = p_step(state, common_utils.shard(batch))\n"
+      "  return state, new[1]\n")
+  said = [(f.line, f.kind, f.text) for f in result.findings]
+  assert (15, Kind.PERSON, "global step not written: output None of p_step "
+          "is read as one value at line 13 and per device at line 15 "
+          "(docs/MIGRATION.md#idiom-map)") in said
