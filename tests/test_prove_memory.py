@@ -64,6 +64,18 @@ def test_a_proof_holds_the_two_programs_states_and_little_more(
   assert _largest_census(monkeypatch) < MOST_SETS
 
 
+def test_arrays_another_test_left_alive_are_not_the_proofs(monkeypatch):
+  # Three sets of the state left on the devices before the proof (as an
+  # earlier test in the same pytest-xdist worker can leave them): not
+  # counted as the proof's.
+  state_bytes = _state_bytes(prove_scale.build_port("mlp", 0.5, 3,
+                                                      reference=False))
+  left = [jax.device_put(np.ones(state_bytes // 4, np.float32), d)
+          for d in jax.devices() for _ in range(3)]
+  assert _largest_census(monkeypatch) < MOST_SETS
+  del left
+
+
 def test_initial_copies_planted_back_are_seen(monkeypatch):
   monkeypatch.setattr(lockstep, "skeleton",
                       lambda state: jax.tree.map(lambda x: x.copy(), state))

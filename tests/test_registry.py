@@ -74,8 +74,10 @@ def test_a_strategy_is_named_in_its_module_and_its_twins_only(name):
   named = _sources_naming(name)
   assert len(named) <= 4, named  # issue 30's bound
   assert f"shardport/strategies/{name}.py" in named
+  # Its twins, and its `compare.Port` where it is proved as one.
   assert set(named) <= {f"shardport/strategies/{name}.py",
-                        f"legacy_pmap/{name}.py", f"sharded/{name}.py"}, named
+                        f"legacy_pmap/{name}.py", f"sharded/{name}.py",
+                        f"compare/_src/ports/{name}.py"}, named
 
 
 def test_the_count_sees_a_strategy_named_in_a_generic_module(tmp_path):

@@ -9,6 +9,7 @@ as each check measures its band, and after each check. `tests/test_prove_memory.
 """
 
 import contextlib
+import gc
 import tracemalloc
 
 import jax
@@ -19,9 +20,9 @@ from compare._src.prove import lockstep
 DEVICES = 8
 
 
-def device_sets(state_bytes: int) -> float:
-  """Unique live device buffers, in sets of `DEVICES` copies of a state of
-  `state_bytes`."""
+def live_buffers() -> dict:
+  """`{(device id, buffer address): bytes}` of every live device buffer,
+  each counted once however many arrays view it."""
   buffers = {}
   for array in jax.live_arrays():
     if array.is_deleted():
@@ -29,7 +30,15 @@ def device_sets(state_bytes: int) -> float:
     for shard in array.addressable_shards:
       buffers[(shard.device.id, shard.data.unsafe_buffer_pointer())] = (
           shard.data.nbytes)
-  return sum(buffers.values()) / (DEVICES * state_bytes)
+  return buffers
+
+
+def device_sets(state_bytes: int, alive_before=frozenset()) -> float:
+  """Unique live device buffers but those in `alive_before` (alive before
+  the proof: another test's in the same process), in sets of `DEVICES`
+  copies of a state of `state_bytes`."""
+  return sum(size for key, size in live_buffers().items()
+             if key not in alive_before) / (DEVICES * state_bytes)
 
 
 def host_bytes() -> int:
@@ -49,9 +58,15 @@ def counted(patch, state_bytes: int, host: bool = False):
   if host:
     tracemalloc.start()
   baseline = host_bytes() if host else 0
+  # What was alive on entry is not the proof's (a test run before it in
+  # the same process can leave arrays alive). Garbage first: a buffer
+  # freed during the proof could lend its address to one of the proof's.
+  gc.collect()
+  alive_before = frozenset(live_buffers())
 
   def count():
-    seen.append((device_sets(state_bytes), (host_bytes() - baseline)
+    seen.append((device_sets(state_bytes, alive_before),
+                 (host_bytes() - baseline)
                  / state_bytes if host else None))
 
   def hooked(method, first):

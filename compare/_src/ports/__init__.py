@@ -10,6 +10,7 @@ are built from them; the Port is checked unplanted, then runs planted.
 
 import dataclasses
 import importlib
+import pkgutil
 
 from compare._src.prove import plan as plan_module
 from compare._src.prove import port as port_module
@@ -18,10 +19,11 @@ from compare._src.prove import strategy_plan
 from shardport.strategies import perturbations
 from shardport.training.metrics import global_devices
 
-# Strategy name -> the module whose `port` writes it as a Port.
-PORTS = {"data_parallel": "compare._src.ports.data_parallel",
-         "fsdp": "compare._src.ports.fsdp",
-         "accumulation": "compare._src.ports.accumulation"}
+# Strategy name -> the module whose `port` writes it as a Port: the
+# module of this package named as the strategy (a strategy is named in its
+# own modules only: tests/test_registry.py).
+PORTS = {module.name: f"{__name__}.{module.name}"
+         for module in pkgutil.iter_modules(__path__)}
 # Our strategies always train every calibration run (a Port asks for 0-3).
 CALIBRATION_RUNS = len(perturbations.CALIBRATIONS)
 
