@@ -66,7 +66,7 @@ def digits():
 
 # The slowest tests (several processes each), started first so that the
 # workers (pytest-xdist) do not wait on one of them at the end.
-SLOW_FIRST = ("test_multiprocess.py",)
+SLOW_FIRST = ("test_multiprocess.py", "test_multiprocess_faults.py")
 def pytest_collection_modifyitems(config, items):
   """Starts the slowest tests first; skips tests marked `jax010` on jax <
   0.10 (the original-runtime env).
