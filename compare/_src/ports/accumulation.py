@@ -26,7 +26,6 @@ from legacy_pmap import data_parallel as pmap_baseline
 from sharded import accumulation as mesh_program
 from sharded import data_parallel as mesh_baseline
 from shardport.strategies.accumulation import Reference
-from shardport.workloads import batches as batch_order
 from shardport.workloads import microbatches
 from shardport.workloads import registry
 
@@ -96,10 +95,6 @@ def port(strategy, config, data, n_devices: int, control=None):
       mesh=mesh, steps=config.steps,
       batches=data_parallel_port.train_batches(config, data),
       port_name=PORT_NAME, pairs=PAIRS, calibration="row_order",
-      device_evaluation=compare.DeviceEvaluation(
-          batch=batch_order.test_batch(data, mesh.size),
-          pmap_step=pmap_program.make_evaluate(config, devices),
-          port_step=ports[PORT_NAME].make_evaluate(config, mesh),
-          reference_step=Reference.make_evaluate(config, one),
-          summarize=lambda sums: strategy.summarize(sums, config),
-          metrics=tuple(strategy.judged_metrics)))
+      device_evaluation=data_parallel_port.device_evaluation(
+          strategy, config, data, (pmap_program, devices),
+          (ports[PORT_NAME], mesh), one))

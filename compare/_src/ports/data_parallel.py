@@ -61,10 +61,21 @@ def port(strategy, config, data, n_devices: int, control=None):
       mesh=mesh, steps=config.steps,
       batches=train_batches(config, data),
       port_name=PORT_NAME, pairs=PAIRS, calibration="row_order",
-      device_evaluation=compare.DeviceEvaluation(
-          batch=batch_order.test_batch(data, mesh.size),
-          pmap_step=pmap_program.make_evaluate(config, devices),
-          port_step=ports[PORT_NAME].make_evaluate(config, mesh),
-          reference_step=Reference.make_evaluate(config, one),
-          summarize=lambda sums: strategy.summarize(sums, config),
-          metrics=tuple(strategy.judged_metrics)))
+      device_evaluation=device_evaluation(
+          strategy, config, data, (pmap_program, devices),
+          (ports[PORT_NAME], mesh), one))
+
+
+def device_evaluation(strategy, config, data, pmap_side, port_side, one):
+  """The strategy's test evaluation on each side's devices
+  (`compare.DeviceEvaluation`): `pmap_side` and `port_side` are each
+  `(twin module, its placement)`, `one` the reference's device; the
+  reference is data_parallel's one-device program."""
+  (pmap_module, devices), (port_module, mesh) = pmap_side, port_side
+  return compare.DeviceEvaluation(
+      batch=batch_order.test_batch(data, mesh.size),
+      pmap_step=pmap_module.make_evaluate(config, devices),
+      port_step=port_module.make_evaluate(config, mesh),
+      reference_step=Reference.make_evaluate(config, one),
+      summarize=lambda sums: strategy.summarize(sums, config),
+      metrics=tuple(strategy.judged_metrics))
